@@ -1,0 +1,229 @@
+"""Common harness for gpu_runs programs.
+
+Every program here is one script that runs unchanged under
+    torchrun --nproc_per_node=4 gpu_runs/<program>.py ...            (CPU processes, gloo)
+    torchrun --nproc_per_node=8 gpu_runs/<program>.py ...            (one node, 8 GPUs, NCCL)
+    torchrun --nnodes=2 --nproc_per_node=8 --rdzv-backend=c10d ...   (several nodes)
+It picks its device and backend itself (CUDA + NCCL when GPUs are visible, else CPU + gloo),
+collects provenance, and writes one results file per hardware, atomically, on rank 0.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import hashlib
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "gpu_runs" / "results"
+
+
+class UsageError(SystemExit):
+    """Bad arguments for this program (e.g. a world size it cannot use): exit code 2."""
+
+    def __init__(self, message: str):
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(f"error: {message}", file=sys.stderr, flush=True)
+        super().__init__(2)
+
+
+@dataclass
+class Env:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    backend: str
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init(allowed_world_sizes=None, min_world_size: int = 1, backend: str | None = None) -> Env:
+    """Initialise torch.distributed from torchrun's environment.
+
+    Raises UsageError (exit 2, message on rank 0) when not launched by torchrun or when the
+    world size is one this program cannot use.
+    """
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        raise UsageError("launch with torchrun, e.g. `torchrun --nproc_per_node=4 "
+                         f"{Path(sys.argv[0]).as_posix()}`")
+    world = int(os.environ["WORLD_SIZE"])
+    if world < min_world_size:
+        raise UsageError(f"this program needs a world size of at least {min_world_size}, got {world}")
+    if allowed_world_sizes is not None and world not in allowed_world_sizes:
+        raise UsageError(f"this program runs with world size in {sorted(allowed_world_sizes)}, got {world}")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if torch.cuda.is_available():
+        if local_rank >= torch.cuda.device_count():
+            raise UsageError(f"LOCAL_RANK {local_rank} but only {torch.cuda.device_count()} GPUs visible")
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        backend = backend or "nccl"
+    else:
+        device = torch.device("cpu")
+        backend = backend or "gloo"
+    dist.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None)
+    return Env(dist.get_rank(), world, local_rank, device, backend)
+
+
+def finish() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def base_parser(description: str, presets: dict[str, dict]) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--preset", choices=sorted(presets), default="full",
+                   help="named parameter set; 'tiny' is what the tests launch")
+    p.add_argument("--out", type=Path, default=None,
+                   help="results folder (default gpu_runs/results/<program>/)")
+    p.add_argument("--no-save", action="store_true", help="print, do not write a results file")
+    return p
+
+
+# ---------------------------------------------------------------- provenance
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return re.sub(r"\s+", " ", line.split(":", 1)[1]).strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _launcher_command() -> str:
+    """The command that started this run: torchrun's own command line when we can read it."""
+    try:
+        parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().split(b"\0")
+        words = [w.decode() for w in parent if w]
+        if any("torchrun" in w or "torch.distributed.run" in w or "deepspeed" in w for w in words):
+            if words and Path(words[0]).name.startswith("python"):
+                words = words[1:]
+            words[0] = Path(words[0]).name
+            return " ".join(_rel(w) for w in words)
+    except OSError:
+        pass
+    return " ".join([Path(sys.executable).name, *(_rel(a) for a in sys.argv)])
+
+
+def _rel(word: str) -> str:
+    p = Path(word)
+    if p.is_absolute() and p.exists():
+        try:
+            return p.resolve().relative_to(ROOT).as_posix()
+        except ValueError:
+            return word
+    return word
+
+
+def _git() -> dict:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                                text=True, check=True).stdout.strip()
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", "gpu_runs", "snippets"],
+                                    cwd=ROOT, capture_output=True, text=True).stdout.strip())
+        return {"commit": commit, "dirty": dirty}
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": "unknown", "dirty": True}
+
+
+def _version(pkg: str) -> str | None:
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def hardware(env: Env) -> dict:
+    nnodes = int(os.environ.get("GROUP_WORLD_SIZE", os.environ.get("NNODES", "1")) or 1)
+    gpu = env.device.type == "cuda"
+    gpu_name = torch.cuda.get_device_name(env.device) if gpu else None
+    cpu = _cpu_model()
+    if gpu:
+        hid = f"gpu-{env.backend}-{nnodes}x{env.world_size // max(nnodes, 1)}-{_slug(gpu_name)}"
+    else:
+        hid = f"cpu-{env.backend}-{env.world_size}proc-{_slug(cpu)}"
+    return {
+        "kind": "gpu" if gpu else "cpu",
+        "backend": env.backend,
+        "world_size": env.world_size,
+        "nnodes": nnodes,
+        "cpu_model": cpu,
+        "cpu_count": os.cpu_count() or 1,
+        "gpu_name": gpu_name,
+        "gpu_count": env.world_size if gpu else 0,
+        "id": hid,
+    }
+
+
+def provenance(env: Env, script: str | Path) -> dict:
+    script = Path(script).resolve()
+    nccl = None
+    if env.device.type == "cuda":
+        try:
+            nccl = ".".join(map(str, torch.cuda.nccl.version()))
+        except Exception:  # pragma: no cover - depends on the CUDA build
+            nccl = None
+    return {
+        "schema_version": 1,
+        "script": {"path": script.relative_to(ROOT).as_posix(),
+                   "sha256": hashlib.sha256(script.read_bytes()).hexdigest()},
+        "command": _launcher_command(),
+        "git": _git(),
+        "created_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "hardware": hardware(env),
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "deepspeed": _version("deepspeed"),
+            "cuda": torch.version.cuda if env.device.type == "cuda" else None,
+            "nccl": nccl,
+        },
+    }
+
+
+def write_results(env: Env, program: str, script: str | Path, params: dict, measurements,
+                  out: Path | None = None, save: bool = True) -> Path | None:
+    """On rank 0: assemble, validate and atomically write the results file. Returns its path."""
+    if not env.is_main:
+        return None
+    data = {"program": program, **provenance(env, script), "params": params,
+            "measurements": measurements}
+    sys.path.insert(0, str(ROOT))
+    from snippets.results import validate  # the same validator the build uses
+
+    validate(data)
+    if not save:
+        print(json.dumps(data, indent=1)[:4000])
+        return None
+    folder = Path(out) if out else RESULTS / program
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{data['hardware']['id']}.json"
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    os.replace(tmp, target)
+    print(f"wrote {target}", flush=True)
+    return target

@@ -1,0 +1,119 @@
+"""The α-β (Hockney) cost model and the AllReduce algorithms' costs, shared by every page.
+
+Notation (docs/notation.md): N ranks, a message of M bytes, α seconds of start-up per
+message, β seconds per byte (1/β is the per-direction link bandwidth). A step in which every
+rank sends one m-byte message to one peer and receives one from another costs α + mβ
+(full-duplex, single-port links).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+# --8<-- [start:costs]
+def log2_ceil(n):
+    """⌈log₂ n⌉ for integer n ≥ 1 (exact for arrays too)."""
+    n = np.asarray(n)
+    return np.ceil(np.log2(n)).astype(int)
+
+
+def ring_allreduce_time(n, m, alpha, beta):
+    """Ring: 2(N−1) steps, each moving M/N bytes: 2(N−1)α + 2(N−1)/N·Mβ."""
+    n = np.asarray(n, dtype=float)
+    return 2 * (n - 1) * alpha + 2 * (n - 1) / n * m * beta
+
+
+def recursive_doubling_time(n, m, alpha, beta):
+    """Recursive doubling: log₂N steps, each exchanging the whole M bytes."""
+    k = log2_ceil(n)
+    return k * alpha + k * m * beta
+
+
+def rabenseifner_time(n, m, alpha, beta):
+    """Recursive-halving reduce-scatter + recursive-doubling all-gather (N a power of 2)."""
+    n = np.asarray(n, dtype=float)
+    k = log2_ceil(n)
+    return 2 * k * alpha + 2 * (n - 1) / n * m * beta
+
+
+def naive_allreduce_time(n, m, alpha, beta):
+    """Reduce to a root, then broadcast from it, the root talking to one peer at a time."""
+    n = np.asarray(n, dtype=float)
+    return 2 * (n - 1) * (alpha + m * beta)
+
+
+def double_binary_tree_time(n, m, alpha, beta):
+    """NCCL-style double binary tree, pipelined in many small segments (fill ignored).
+
+    Each tree carries M/2 bytes. A rank is an inner node in one tree (receives 2·M/2 from its
+    children, sends M/2 to its parent, and the reverse in the broadcast) and a leaf in the
+    other, so it sends 2M and receives 2M in all; a reduction has to climb ⌈log₂N⌉ levels
+    and the broadcast descend as many.
+    """
+    k = log2_ceil(n)
+    return 2 * k * alpha + 2 * m * beta
+# --8<-- [end:costs]
+
+ALGORITHMS = {
+    "ring": ring_allreduce_time,
+    "recursive doubling": recursive_doubling_time,
+    "Rabenseifner": rabenseifner_time,
+    "naive (reduce+bcast)": naive_allreduce_time,
+    "double binary tree": double_binary_tree_time,
+}
+
+
+# --8<-- [start:bounds]
+def allreduce_bandwidth_lower_bound(n, m, beta):
+    """Any element-wise AllReduce: some rank sends ≥ 2(N−1)/N·M bytes, so T ≥ that·β."""
+    n = np.asarray(n, dtype=float)
+    return 2 * (n - 1) / n * m * beta
+
+
+def allreduce_latency_lower_bound(n, alpha):
+    """Single-port rounds: knowledge at most doubles per round, so T ≥ ⌈log₂N⌉·α."""
+    return log2_ceil(n) * alpha
+# --8<-- [end:bounds]
+
+
+# --8<-- [start:crossover]
+def crossover_bytes(n, alpha, beta, fast_small, fast_large):
+    """Message size M* at which `fast_large` becomes cheaper than `fast_small`.
+
+    Both costs are affine in M: T = a + b·M. Equal at M* = (a_L − a_S)/(b_S − b_L).
+    Returns inf when the lines never cross for M > 0.
+    """
+    a_s, a_l = fast_small(n, 0.0, alpha, beta), fast_large(n, 0.0, alpha, beta)
+    b_s = fast_small(n, 1.0, alpha, beta) - a_s
+    b_l = fast_large(n, 1.0, alpha, beta) - a_l
+    with np.errstate(divide="ignore", invalid="ignore"):
+        m = (a_l - a_s) / (b_s - b_l)
+    return np.where((b_s > b_l) & (m > 0), m, np.inf)
+# --8<-- [end:crossover]
+
+
+# --8<-- [start:fit]
+def fit_alpha_beta(steps, bytes_per_step, seconds):
+    """Least-squares fit of T = steps·α + bytes_per_step·β (both ≥ 0 not enforced).
+
+    `steps` and `bytes_per_step` come from the algorithm's cost formula evaluated at each
+    measured size, so the same fit serves every collective. Returns (α, β, relative residuals).
+    """
+    a = np.column_stack([np.asarray(steps, float), np.asarray(bytes_per_step, float)])
+    t = np.asarray(seconds, float)
+    # weight each point by 1/t so that small and large messages count alike (relative error)
+    w = 1.0 / t
+    coef, *_ = np.linalg.lstsq(a * w[:, None], t * w, rcond=None)
+    alpha, beta = float(coef[0]), float(coef[1])
+    pred = a @ coef
+    return alpha, beta, (pred - t) / t
+# --8<-- [end:fit]
+
+
+# nccl-tests' bus-bandwidth factors (doc/PERFORMANCE.md): busbw = algbw · factor(n)
+BUSBW_FACTOR = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+}
