@@ -1,6 +1,6 @@
 """The α-β (Hockney) cost model and the AllReduce algorithms' costs, shared by every page.
 
-Notation (docs/notation.md): N ranks, a message of M bytes, α seconds of start-up per
+Notation (docs/notation.md): N ranks, a message of S bytes (nccl-tests' S), α seconds of start-up per
 message, β seconds per byte (1/β is the per-direction link bandwidth). A step in which every
 rank sends one m-byte message to one peer and receives one from another costs α + mβ
 (full-duplex, single-port links).
@@ -16,41 +16,41 @@ def log2_ceil(n):
     return np.ceil(np.log2(n)).astype(int)
 
 
-def ring_allreduce_time(n, m, alpha, beta):
-    """Ring: 2(N−1) steps, each moving M/N bytes: 2(N−1)α + 2(N−1)/N·Mβ."""
+def ring_allreduce_time(n, s, alpha, beta):
+    """Ring: 2(N−1) steps, each moving S/N bytes: 2(N−1)α + 2(N−1)/N·Sβ."""
     n = np.asarray(n, dtype=float)
-    return 2 * (n - 1) * alpha + 2 * (n - 1) / n * m * beta
+    return 2 * (n - 1) * alpha + 2 * (n - 1) / n * s * beta
 
 
-def recursive_doubling_time(n, m, alpha, beta):
-    """Recursive doubling: log₂N steps, each exchanging the whole M bytes."""
+def recursive_doubling_time(n, s, alpha, beta):
+    """Recursive doubling: ⌈log₂N⌉ steps, each exchanging the whole S bytes."""
     k = log2_ceil(n)
-    return k * alpha + k * m * beta
+    return k * alpha + k * s * beta
 
 
-def rabenseifner_time(n, m, alpha, beta):
+def rabenseifner_time(n, s, alpha, beta):
     """Recursive-halving reduce-scatter + recursive-doubling all-gather (N a power of 2)."""
     n = np.asarray(n, dtype=float)
     k = log2_ceil(n)
-    return 2 * k * alpha + 2 * (n - 1) / n * m * beta
+    return 2 * k * alpha + 2 * (n - 1) / n * s * beta
 
 
-def naive_allreduce_time(n, m, alpha, beta):
+def naive_allreduce_time(n, s, alpha, beta):
     """Reduce to a root, then broadcast from it, the root talking to one peer at a time."""
     n = np.asarray(n, dtype=float)
-    return 2 * (n - 1) * (alpha + m * beta)
+    return 2 * (n - 1) * (alpha + s * beta)
 
 
-def double_binary_tree_time(n, m, alpha, beta):
+def double_binary_tree_time(n, s, alpha, beta):
     """NCCL-style double binary tree, pipelined in many small segments (fill ignored).
 
-    Each tree carries M/2 bytes. A rank is an inner node in one tree (receives 2·M/2 from its
-    children, sends M/2 to its parent, and the reverse in the broadcast) and a leaf in the
-    other, so it sends 2M and receives 2M in all; a reduction has to climb ⌈log₂N⌉ levels
+    Each tree carries S/2 bytes. A rank is an inner node in one tree (receives 2·S/2 from its
+    children, sends S/2 to its parent, and the reverse in the broadcast) and a leaf in the
+    other, so it sends 2S and receives 2S in all; a reduction has to climb ⌈log₂N⌉ levels
     and the broadcast descend as many.
     """
     k = log2_ceil(n)
-    return 2 * k * alpha + 2 * m * beta
+    return 2 * k * alpha + 2 * s * beta
 # --8<-- [end:costs]
 
 ALGORITHMS = {
@@ -63,10 +63,10 @@ ALGORITHMS = {
 
 
 # --8<-- [start:bounds]
-def allreduce_bandwidth_lower_bound(n, m, beta):
-    """Any element-wise AllReduce: some rank sends ≥ 2(N−1)/N·M bytes, so T ≥ that·β."""
+def allreduce_bandwidth_lower_bound(n, s, beta):
+    """Any element-wise AllReduce: some rank sends ≥ 2(N−1)/N·S bytes, so T ≥ that·β."""
     n = np.asarray(n, dtype=float)
-    return 2 * (n - 1) / n * m * beta
+    return 2 * (n - 1) / n * s * beta
 
 
 def allreduce_latency_lower_bound(n, alpha):
@@ -77,10 +77,10 @@ def allreduce_latency_lower_bound(n, alpha):
 
 # --8<-- [start:crossover]
 def crossover_bytes(n, alpha, beta, fast_small, fast_large):
-    """Message size M* at which `fast_large` becomes cheaper than `fast_small`.
+    """Message size S* at which `fast_large` becomes cheaper than `fast_small`.
 
-    Both costs are affine in M: T = a + b·M. Equal at M* = (a_L − a_S)/(b_S − b_L).
-    Returns inf when the lines never cross for M > 0.
+    Both costs are affine in S: T = a + b·S. Equal at S* = (a_L − a_s)/(b_s − b_L).
+    Returns inf when the lines never cross for S > 0.
     """
     a_s, a_l = fast_small(n, 0.0, alpha, beta), fast_large(n, 0.0, alpha, beta)
     b_s = fast_small(n, 1.0, alpha, beta) - a_s

@@ -1,0 +1,241 @@
+"""MkDocs hooks for the book. Every failure names the file and the reason.
+
+- on_config: put the repository root on sys.path; generate the nav from snippets/book.py
+  (written documents and chapter labs only: no placeholder pages).
+- on_pre_build: validate every results file (schema, provenance); stale ones warn (strict fails).
+- on_files: serve KaTeX (CSS, fonts; JS only in browser mode) from node_modules, no CDN.
+- on_page_markdown: citations [@key] -> references page; generated blocks
+  <!-- book:chapter-map -->, <!-- book:theorem-index -->, <!-- book:references -->.
+- on_post_page: render math with KaTeX at build time (MATH_RENDER=build, the default), so a
+  KaTeX error fails the build with the page and the formula.
+"""
+from __future__ import annotations
+
+import html
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import yaml  # noqa: E402
+from mkdocs.exceptions import PluginError  # noqa: E402
+from mkdocs.structure.files import File  # noqa: E402
+
+from snippets import book  # noqa: E402
+
+log = logging.getLogger("mkdocs.plugins.book")
+
+KATEX = ROOT / "node_modules" / "katex" / "dist"
+MATH_RENDER = os.environ.get("MATH_RENDER", "build")  # "build" or "browser"
+REFERENCES_YML = ROOT / "scripts" / "references.yml"
+CITE = re.compile(r"\[@([A-Za-z0-9_:-]+(?:\s*;\s*@[A-Za-z0-9_:-]+)*)\]")
+BLOCK = re.compile(
+    r"^/// (definition|theorem|lemma|corollary) \| (.+?)\n\s+attrs: \{id: ([A-Za-z0-9_-]+)\}",
+    re.M)
+KIND_KO = {"definition": "정의", "theorem": "정리", "lemma": "보조정리", "corollary": "따름정리"}
+
+
+# ------------------------------------------------------------------ config / nav
+
+def on_config(config, **kwargs):
+    nav = [{"홈": "index.md"}, {"표기법": "notation.md"}]
+    for ch in book.CHAPTERS:
+        items = [d.path for d in ch.docs if d.written]
+        if (book.DOCS / ch.lab_path).exists():
+            items.append({f"Ch{ch.number} 실습 노트북": ch.lab_path})
+        if items:
+            nav.append({f"Ch{ch.number} {ch.title.split(' ')[0]}": items})
+    nav += [{"정리 색인": "theorems.md"}, {"참고문헌": "references.md"}]
+    config["nav"] = nav
+    if MATH_RENDER not in ("build", "browser"):
+        raise PluginError(f"MATH_RENDER must be 'build' or 'browser', not {MATH_RENDER!r}")
+    if not (KATEX / "katex.min.css").exists():
+        raise PluginError(f"{KATEX}: KaTeX is missing; run `npm ci` (make venv does)")
+    if MATH_RENDER == "browser":
+        config["extra_javascript"] = [*config["extra_javascript"], "assets/katex/katex.min.js",
+                                      "assets/katex/contrib/auto-render.min.js", "assets/katex-init.js"]
+    config["extra_css"] = ["assets/katex/katex.min.css", *config["extra_css"]]
+    return config
+
+
+def on_pre_build(config, **kwargs):
+    from snippets.results import ResultsError, validate_all
+
+    try:
+        validate_all()
+    except ResultsError as exc:
+        raise PluginError(f"malformed results file: {exc}") from exc
+    _references()  # fail early on a malformed references.yml
+
+
+def on_files(files, config, **kwargs):
+    wanted = ["katex.min.css", *(f"fonts/{p.name}" for p in sorted((KATEX / "fonts").glob("*.woff2")))]
+    if MATH_RENDER == "browser":
+        wanted += ["katex.min.js", "contrib/auto-render.min.js"]
+    for rel in wanted:
+        files.append(File.generated(config, f"assets/katex/{rel}", abs_src_path=str(KATEX / rel)))
+    return files
+
+
+# ------------------------------------------------------------------ references / citations
+
+_REFS: dict | None = None
+
+
+def _references() -> dict:
+    global _REFS
+    if _REFS is None:
+        data = yaml.safe_load(REFERENCES_YML.read_text(encoding="utf-8"))
+        for key, ref in data.items():
+            for field in ("authors", "year", "title", "venue"):
+                if not ref.get(field):
+                    raise PluginError(f"{REFERENCES_YML.relative_to(ROOT)}: entry '{key}' lacks '{field}'")
+            if not (ref.get("arxiv") or ref.get("doi") or ref.get("url")):
+                raise PluginError(f"{REFERENCES_YML.relative_to(ROOT)}: entry '{key}' needs arxiv, doi or url")
+        _REFS = data
+    return _REFS
+
+
+def _short(ref: dict) -> str:
+    authors = ref["authors"]
+    if len(authors) == 1:
+        who = authors[0].split()[-1]
+    elif len(authors) == 2:
+        who = f"{authors[0].split()[-1]} & {authors[1].split()[-1]}"
+    else:
+        who = f"{authors[0].split()[-1]} et al."
+    return f"{who} {ref['year']}"
+
+
+def _rel_url(page, target: str) -> str:
+    depth = page.url.count("/") if page.url else 0
+    return "../" * depth + target
+
+
+def _cite(markdown: str, page) -> str:
+    refs = _references()
+
+    def sub(m):
+        keys = [k.strip().lstrip("@") for k in m.group(1).split(";")]
+        parts = []
+        for k in keys:
+            if k not in refs:
+                raise PluginError(f"{page.file.src_uri}: unknown citation key '@{k}' "
+                                  f"(add it to scripts/references.yml)")
+            parts.append(f"[{_short(refs[k])}]({_rel_url(page, 'references/')}#{k})")
+        return "[" + "; ".join(parts) + "]"
+
+    return CITE.sub(sub, markdown)
+
+
+def _references_block() -> str:
+    out = []
+    for key, r in sorted(_references().items(), key=lambda kv: (kv[1]["authors"][0].split()[-1], kv[1]["year"])):
+        link = (f"[arXiv:{r['arxiv']}](https://arxiv.org/abs/{r['arxiv']})" if r.get("arxiv")
+                else f"[doi:{r['doi']}](https://doi.org/{r['doi']})" if r.get("doi")
+                else f"[{r['url']}]({r['url']})")
+        out.append(f'- <span id="{key}"></span>**[{key}]** {", ".join(r["authors"])}. '
+                   f'*{r["title"]}*. {r["venue"]}, {r["year"]}. {link}')
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------ generated blocks
+
+def _theorem_index() -> str:
+    out = []
+    for ch in book.CHAPTERS:
+        rows = []
+        for d in ch.docs:
+            if not d.written:
+                continue
+            text = (book.DOCS / d.path).read_text(encoding="utf-8")
+            for kind, title, anchor in BLOCK.findall(text):
+                rows.append(f"| {KIND_KO[kind]} | [{title.strip()}]({d.path}#{anchor}) | "
+                            f"[{d.number:02d}. {d.title}]({d.path}) | `#{anchor}` |")
+        if rows:
+            out.append(f"## Chapter {ch.number}: {ch.title}\n")
+            out.append("| 종류 | 이름 | 문서 | anchor |\n|---|---|---|---|")
+            out += rows
+            out.append("")
+    return "\n".join(out) or "아직 정리가 있는 문서가 없습니다."
+
+
+def _chapter_map() -> str:
+    out = []
+    for ch in book.CHAPTERS:
+        n_written = sum(d.written for d in ch.docs)
+        out.append(f"### Chapter {ch.number}: {ch.title}\n")
+        out.append(f"{len(ch.docs)}개 문서 중 {n_written}개 집필됨.\n")
+        for d in ch.docs:
+            label = f"{d.number:02d}. {d.title}"
+            out.append(f"- [{label}]({d.path})" if d.written else f"- {label}")
+        if (book.DOCS / ch.lab_path).exists():
+            out.append(f"- [Chapter {ch.number} 실습 노트북]({ch.lab_path})")
+        out.append("")
+    return "\n".join(out)
+
+
+GENERATED = {
+    "<!-- book:chapter-map -->": _chapter_map,
+    "<!-- book:theorem-index -->": _theorem_index,
+    "<!-- book:references -->": _references_block,
+}
+
+
+def on_page_markdown(markdown, page, config, files, **kwargs):
+    for marker, fn in GENERATED.items():
+        if marker in markdown:
+            markdown = markdown.replace(marker, fn())
+    return _cite(markdown, page)
+
+
+# ------------------------------------------------------------------ math at build time
+
+MATH = re.compile(
+    r'<(span|div) class="arithmatex">(\\\(|\\\[)(.*?)(\\\)|\\\])</\1>', re.S)
+_NODE_RENDER = r"""
+const katex = require(process.argv[1]);
+let buf = ''; process.stdin.on('data', d => buf += d); process.stdin.on('end', () => {
+  const items = JSON.parse(buf); const out = [];
+  for (const [tex, display] of items) {
+    try { out.push({html: katex.renderToString(tex, {displayMode: display, throwOnError: true, output: 'html'})}); }
+    catch (e) { out.push({error: String(e.message || e)}); }
+  }
+  process.stdout.write(JSON.stringify(out));
+});
+"""
+
+
+def _katex_render(items: list[tuple[str, bool]]) -> list[dict]:
+    proc = subprocess.run(["node", "-e", _NODE_RENDER, str(KATEX / "katex.js")],
+                          input=json.dumps(items), capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise PluginError(f"KaTeX renderer failed: {proc.stderr.strip()[:500]}")
+    return json.loads(proc.stdout)
+
+
+def on_post_page(output, page, config, **kwargs):
+    if MATH_RENDER != "build":
+        return output
+    found = list(MATH.finditer(output))
+    if not found:
+        return output
+    items = [(html.unescape(m.group(3)), m.group(2) == "\\[") for m in found]
+    rendered = _katex_render(items)
+    pieces, last = [], 0
+    for m, (tex, display), r in zip(found, items, rendered):
+        if "error" in r:
+            raise PluginError(f"{page.file.src_uri}: KaTeX cannot render {tex[:80]!r}: {r['error']}")
+        pieces.append(output[last:m.start()])
+        tag = "div" if display else "span"
+        pieces.append(f'<{tag} class="arithmatex">{r["html"]}</{tag}>')
+        last = m.end()
+    pieces.append(output[last:])
+    return "".join(pieces)

@@ -1,0 +1,56 @@
+"""Regenerate every committed CPU result with torchrun on this machine (`make runs`).
+
+Each entry is one launch: program, processes, extra arguments. A results file is named after
+the hardware it ran on, so rerunning here replaces only this machine's files; GPU files are
+left as they are. Usage:
+    python scripts/runs.py                 # all entries
+    python scripts/runs.py collectives_bench
+    python scripts/runs.py --list
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# (program, nproc, extra args, launcher). Timing runs use at most as many processes as cores
+# (GUIDE: more processes than cores measures the scheduler); counting runs may use more.
+RUNS: list[tuple[str, int, list[str], str]] = [
+    ("collectives_bench", 2, [], "torchrun"),
+    ("collectives_bench", 4, [], "torchrun"),
+]
+
+
+def command(program: str, nproc: int, extra: list[str], launcher: str = "torchrun") -> list[str]:
+    script = f"gpu_runs/{program}.py"
+    if launcher == "deepspeed":
+        return [str(Path(sys.executable).with_name("deepspeed")), f"--num_gpus={nproc}", script, *extra]
+    return [str(Path(sys.executable).with_name("torchrun")), "--standalone",
+            f"--nproc_per_node={nproc}", script, *extra]
+
+
+def main(argv: list[str]) -> int:
+    if "--list" in argv:
+        for r in RUNS:
+            print(" ".join(command(*r)))
+        return 0
+    wanted = [a for a in argv if not a.startswith("-")]
+    status = 0
+    for program, nproc, extra, launcher in RUNS:
+        if wanted and program not in wanted:
+            continue
+        cmd = command(program, nproc, extra, launcher)
+        print("+", " ".join(cmd), flush=True)
+        t0 = time.time()
+        rc = subprocess.call(cmd, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        print(f"  exit {rc} after {time.time() - t0:.1f} s", flush=True)
+        status = status or rc
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
