@@ -35,7 +35,7 @@ log = logging.getLogger("mkdocs.plugins.book")
 KATEX = ROOT / "node_modules" / "katex" / "dist"
 MATH_RENDER = os.environ.get("MATH_RENDER", "build")  # "build" or "browser"
 REFERENCES_YML = ROOT / "scripts" / "references.yml"
-CITE = re.compile(r"\[@([A-Za-z0-9_:-]+(?:\s*;\s*@[A-Za-z0-9_:-]+)*)\]")
+CITE = re.compile(r"(?<!`)\[@([A-Za-z0-9_:-]+(?:\s*;\s*@[A-Za-z0-9_:-]+)*)\]")
 BLOCK = re.compile(
     r"^/// (definition|theorem|lemma|corollary) \| (.+?)\n\s+attrs: \{id: ([A-Za-z0-9_-]+)\}",
     re.M)
@@ -114,9 +114,11 @@ def _short(ref: dict) -> str:
     return f"{who} {ref['year']}"
 
 
-def _rel_url(page, target: str) -> str:
-    depth = page.url.count("/") if page.url else 0
-    return "../" * depth + target
+def _rel_md(page, target: str) -> str:
+    """Relative link from the page's source file to another source file (mkdocs resolves it)."""
+    import posixpath
+
+    return posixpath.relpath(target, posixpath.dirname(page.file.src_uri) or ".")
 
 
 def _cite(markdown: str, page) -> str:
@@ -129,7 +131,7 @@ def _cite(markdown: str, page) -> str:
             if k not in refs:
                 raise PluginError(f"{page.file.src_uri}: unknown citation key '@{k}' "
                                   f"(add it to scripts/references.yml)")
-            parts.append(f"[{_short(refs[k])}]({_rel_url(page, 'references/')}#{k})")
+            parts.append(f"[{_short(refs[k])}]({_rel_md(page, 'references.md')}#{k})")
         return "[" + "; ".join(parts) + "]"
 
     return CITE.sub(sub, markdown)
