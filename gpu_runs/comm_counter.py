@@ -23,6 +23,10 @@ _OPS = {
     "reduce": lambda a, k: _nbytes(a[0] if a else k["tensor"]),
     "all_gather_into_tensor": lambda a, k: _nbytes(a[0] if a else k["output_tensor"]),
     "reduce_scatter_tensor": lambda a, k: _nbytes(a[1] if len(a) > 1 else k["input"]),
+    # torch >= 2.13: the names FSDP2 calls (all_gather_into_tensor / reduce_scatter_tensor are now
+    # deprecated wrappers that call these inside distributed_c10d, so nothing is counted twice)
+    "all_gather_single": lambda a, k: _nbytes(a[0] if a else k["output_tensor"]),
+    "reduce_scatter_single": lambda a, k: _nbytes(a[1] if len(a) > 1 else k["input"]),
     "all_gather": lambda a, k: sum(_nbytes(t) for t in (a[0] if a else k["tensor_list"])),
     "reduce_scatter": lambda a, k: sum(_nbytes(t) for t in (a[1] if len(a) > 1 else k["input_list"])),
     "all_to_all_single": lambda a, k: _nbytes(a[1] if len(a) > 1 else k["input"]),
