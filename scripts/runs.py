@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RUNS: list[tuple[str, int, list[str], str]] = [
     ("collectives_bench", 2, [], "torchrun"),
     ("collectives_bench", 4, [], "torchrun"),
+    ("collectives_semantics", 4, [], "torchrun"),  # counting (no timing): 4 processes
 ]
 
 
