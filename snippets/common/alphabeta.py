@@ -23,7 +23,8 @@ def ring_allreduce_time(n, s, alpha, beta):
 
 
 def recursive_doubling_time(n, s, alpha, beta):
-    """Recursive doubling: ⌈log₂N⌉ steps, each exchanging the whole S bytes."""
+    """Recursive doubling: log₂N steps, each exchanging the whole S bytes (N a power of 2; for other
+    N the fold onto 2^⌊log₂N⌋ ranks takes ⌊log₂N⌋ + 2 steps, one more than this, Ch1-02)."""
     k = log2_ceil(n)
     return k * alpha + k * s * beta
 
@@ -42,16 +43,32 @@ def naive_allreduce_time(n, s, alpha, beta):
 
 
 def double_binary_tree_time(n, s, alpha, beta):
-    """NCCL-style double binary tree, pipelined in many small segments (fill ignored).
+    """NCCL-style double binary tree, pipelined: an idealised lower envelope (Ch1-02).
 
     Each tree carries S/2 bytes. A rank is an inner node in one tree (receives 2·S/2 from its
     children, sends S/2 to its parent, and the reverse in the broadcast) and a leaf in the
-    other, so it sends 2S and receives 2S in all; a reduction has to climb ⌈log₂N⌉ levels
-    and the broadcast descend as many.
+    other, so the busiest rank sends 2S and receives 2S (the mean is 2(N−1)/N·S). Included: α
+    once per tree level, up ⌈log₂N⌉ levels and down as many, and the busiest rank's 2S bytes.
+    Ignored: α per pipeline segment, the bytes of filling and draining the pipeline, and any
+    step in which a link idles; so a real schedule of M segments takes longer (at least 4M
+    steps for N ≥ 4). NCCL's tuning model (src/graph/tuning.cc) has the same form: tree algbw =
+    busBw/2, latency 2·((ranks per node − 1)·intraLat + log₂(nNodes)·interLat).
     """
     k = log2_ceil(n)
     return 2 * k * alpha + 2 * s * beta
 # --8<-- [end:costs]
+
+
+# --8<-- [start:tree-costs]
+def binary_tree_time(n, s, alpha, beta):
+    """Unpipelined binary tree (NCCL's btree): the whole S climbs, then descends, one child per step.
+
+    (4⌈log₂N⌉ − 2)(α + Sβ): exact for N a power of 2 (root 0 has one child), an upper bound
+    otherwise (Ch1-02).
+    """
+    k = log2_ceil(n)
+    return (4 * k - 2) * (alpha + s * beta)
+# --8<-- [end:tree-costs]
 
 ALGORITHMS = {
     "ring": ring_allreduce_time,

@@ -1,0 +1,125 @@
+"""Ch1-02 AllReduce 의 구현 비교: each test asserts a claim the page makes."""
+import time
+
+import numpy as np
+import pytest
+
+from snippets.ch1_collective import d02_allreduce_algorithms as page
+from snippets.common import alphabeta as ab
+
+
+def test_exact_formulas_confirmed_by_simulators_up_to_1024():
+    """Theorems 1.2.3-1.2.7 / the cost table: steps and critical-path bytes == the α-β formula."""
+    t0 = time.perf_counter()
+    rows = page.exact_sweep()
+    assert time.perf_counter() - t0 < 3.0  # < 1 s on an idle machine; the cell budget
+    assert max(r["N"] for r in rows) == 1024
+    assert {r["name"] for r in rows} == set(page.FORMULAS) - {"double binary tree"}
+    for r in rows:
+        assert r["correct"], r
+        assert r["steps"] == r["f_steps"], r
+        assert r["path_bytes"] == r["f_bytes"], r
+        if r["N"] >= 4:
+            assert r["sent_max"] == pytest.approx(page.SENT_MAX[r["name"]](r["N"]) * r["S"]), r
+            assert r["recv_max"] == r["sent_max"]
+
+
+@pytest.mark.parametrize("n", [4, 64, 1024])
+def test_seed_errata_recursive_costs(n):
+    """ERRATA 4: recursive doubling is log N·α + S log N·β; Rabenseifner 2 log N·α + 2(N−1)/N·Sβ."""
+    s = 4 * n
+    k = int(np.log2(n))
+    assert page.check("recursive doubling", n, count=n)["sent_max"] == k * s
+    r = page.check("Rabenseifner", n, count=n)
+    assert r["steps"] == 2 * k and r["sent_max"] == 2 * (n - 1) * s // n
+    assert ab.recursive_doubling_time(n, s, 1.0, 1.0) == k + k * s
+    assert ab.rabenseifner_time(n, s, 1.0, 1.0) == pytest.approx(2 * k + 2 * (n - 1) / n * s)
+
+
+def test_double_binary_tree_bytes_and_model_is_a_lower_envelope():
+    """ERRATA 5 / Theorem 1.2.9: max sent = max received = 2S, mean 2(N−1)/N·S; steps ≥ 4M; the
+    shared model 2⌈log₂N⌉α + 2Sβ never exceeds the simulated schedule's time."""
+    rows = page.dbt_sweep()
+    assert max(r["N"] for r in rows) == 1024
+    for r in rows:
+        n, s, m = r["N"], r["S"], r["M"]
+        assert r["correct"]
+        assert r["sent_max"] == r["recv_max"] == 2 * s
+        assert r["sent_mean"] == pytest.approx(2 * (n - 1) / n * s)
+        assert r["steps"] >= 4 * m and r["steps"] >= 2 * int(ab.log2_ceil(n))
+        for alpha, beta in [(1.0, 0.0), (0.0, 1.0), (5e-6, 1 / 12.5e9)]:
+            sim_t = r["steps"] * alpha + r["path_bytes"] * beta
+            assert ab.double_binary_tree_time(n, s, alpha, beta) <= sim_t + 1e-12
+
+
+def test_dbt_pipelining_approaches_model_but_stays_above():
+    rows = page.dbt_time_vs_segments(64, 2 ** 26, [1, 2, 4, 8, 16, 32], page.ALPHA_EXAMPLE, page.BETA_EXAMPLE)
+    times = [r["time"] for r in rows]
+    assert all(a > b for a, b in zip(times, times[1:]))  # more segments, faster (in this range)
+    assert all(r["time"] > max(r["floor"], r["model"]) for r in rows)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 8, 13, 100, 255, 256, 1000])
+def test_nccl_trees_shape(n):
+    """Each tree: one root, ≤ 2 children, depth ≤ ⌈log₂N⌉; for even N ≥ 4 the inner nodes of one
+    tree are leaves of the other (except the roots' single-child link)."""
+    t0, t1 = page.nccl_double_tree(n)
+    for t in (t0, t1):
+        assert (t < 0).sum() == 1
+        assert np.bincount(t[t >= 0], minlength=n).max() <= 2
+        assert page.tree_depth(t) <= int(ab.log2_ceil(n))
+    if n % 2 == 0 and n >= 4:
+        inner0 = np.bincount(t0[t0 >= 0], minlength=n) == 2
+        inner1 = np.bincount(t1[t1 >= 0], minlength=n) == 2
+        assert not np.any(inner0 & inner1)
+
+
+def test_binary_tree_upper_bound_for_other_n():
+    for n in list(range(2, 70)) + [100, 1000]:
+        sim = page.binary_tree_allreduce(page.inputs(n, 8))
+        assert sim.correct(page.inputs(n, 8))
+        assert sim.steps <= float(ab.binary_tree_time(n, 0.0, 1.0, 0.0))
+        if page.is_pow2(n):
+            assert sim.steps == float(ab.binary_tree_time(n, 0.0, 1.0, 0.0))
+
+
+def test_fold_for_non_powers_of_two():
+    """Proposition 1.2.10: two extra steps; the folded odd rank sends S more."""
+    for r in page.fold_sweep():
+        n, p, s = r["N"], r["p"], r["S"]
+        k = int(np.log2(p))
+        assert r["correct"]
+        if r["name"] == "recursive doubling":
+            assert r["steps"] == k + 2 and r["sent_max"] == (k + 1) * s
+            assert r["steps"] == r["f_steps_ceil"] + 1  # ⌈log₂N⌉ in alphabeta undercounts by one
+        else:
+            assert r["steps"] == 2 * k + 2 == r["f_steps_ceil"]  # 2⌈log₂N⌉ steps, but more bytes
+            assert r["sent_max"] == 2 * (p - 1) * s // p + s
+
+
+def test_seed_three_metrics():
+    """ERRATA 5: the seed's numbers are three different metrics of the simulators."""
+    n = 64
+    met = page.seed_metrics(n)
+    claims = page.seed_claims(n, 1.0)
+    assert met["ring"]["sent_max"] == pytest.approx(claims["ring"])
+    assert met["naive (reduce+bcast)"]["root_sent_plus_recv"] == pytest.approx(claims["naive (reduce+bcast)"])
+    assert met["binomial tree"]["sent_max"] == pytest.approx(claims["binomial tree"])  # root, one direction
+    for m in met.values():  # every tree/ring/naive variant moves 2(N−1)S in total
+        assert m["sent_mean"] == pytest.approx(2 * (n - 1) / n)
+    assert met["double binary tree"]["sent_max"] == 2.0 and met["binary tree"]["sent_max"] == 3.0
+
+
+def test_tradeoff_table_regimes():
+    """The fastest-algorithm table: recursive doubling for small S, Rabenseifner for large S (N = 2^k)."""
+    sizes = [1 << 10, 1 << 30]
+    table = page.fastest([8, 64, 1024], sizes, page.ALPHA_EXAMPLE, page.BETA_EXAMPLE)
+    for row in table:
+        assert row[0] == "recursive doubling" and row[-1] == "Rabenseifner"
+
+
+def test_exercise1_crossover():
+    n, a, b = 16, page.ALPHA_EXAMPLE, page.BETA_EXAMPLE
+    k = 4
+    s_star = k * a / ((k - 2 * (n - 1) / n) * b)
+    assert ab.recursive_doubling_time(n, s_star, a, b) == pytest.approx(ab.rabenseifner_time(n, s_star, a, b))
