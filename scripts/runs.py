@@ -23,6 +23,8 @@ RUNS: list[tuple[str, int, list[str], str]] = [
     ("collectives_bench", 2, [], "torchrun"),
     ("collectives_bench", 4, [], "torchrun"),
     ("collectives_semantics", 4, [], "torchrun"),  # counting (no timing): 4 processes
+    ("fsdp_bench", 2, [], "torchrun"),                 # Ch5-05: counts + CPU step times
+    ("fsdp_bench", 4, ["--no-timing"], "torchrun"),    # Ch5-05: counts only (4 processes > 2 cores)
 ]
 
 
