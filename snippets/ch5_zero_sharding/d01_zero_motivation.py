@@ -1,0 +1,238 @@
+"""Ch5-01 ZeRO 의 Motivation 과 메모리 분해: the code the page runs and the tests import.
+
+Everything here measures real PyTorch tensors on CPU: the bytes held by a mixed-precision Adam
+set-up after one step (counted from the tensors' storages), the bytes an Adam step allocates
+on top of them, and the activation bytes autograd saves for backward. The ZeRO formulas come
+from the shared module snippets.common.zero_memory and are not redefined here.
+"""
+from __future__ import annotations
+
+import weakref
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from snippets.common import zero_memory as zm
+
+SEED = 0
+WIDTH = 128          # hidden size h of the toy MLP blocks
+DEPTH = 2            # number of MLP blocks
+TOKENS = 64          # b·s tokens in the toy batch
+
+
+# --8<-- [start:setup]
+def toy_model(width: int = WIDTH, depth: int = DEPTH, dtype=torch.bfloat16) -> torch.nn.Module:
+    """Transformer-MLP-shaped blocks, Linear(h, 4h) → GELU → Linear(4h, h), in 16-bit."""
+    torch.manual_seed(SEED)
+    blocks = [torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(),
+                                  torch.nn.Linear(4 * width, width)) for _ in range(depth)]
+    return torch.nn.Sequential(*blocks).to(dtype)
+
+
+class MixedPrecisionAdam:
+    """The textbook mixed-precision Adam set-up (Micikevicius et al. 2018; ZeRO §3.1).
+
+    16-bit params and grads live in the model; the optimizer owns an fp32 master copy of every
+    parameter and torch.optim.Adam keeps exp_avg (m) and exp_avg_sq (v) in fp32 for it.
+    """
+
+    def __init__(self, model: torch.nn.Module, **adam_kw):
+        self.model = model
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.master = [p.detach().float().clone() for p in self.params]
+        self.opt = torch.optim.Adam(self.master, lr=1e-3, **adam_kw)
+
+    def step(self) -> None:
+        for m, p in zip(self.master, self.params):
+            m.grad = p.grad.float()          # a transient fp32 copy of the 16-bit gradient
+        self.opt.step()
+        for m, p in zip(self.master, self.params):
+            m.grad = None                    # ... freed right after the step
+            with torch.no_grad():
+                p.copy_(m)                   # 16-bit params ← fp32 master
+
+
+def one_step(adam_kw=None, width: int = WIDTH, depth: int = DEPTH, tokens: int = TOKENS):
+    """Build the set-up, run forward + backward + one optimizer step; return (model, trainer)."""
+    model = toy_model(width, depth)
+    trainer = MixedPrecisionAdam(model, **(adam_kw or {}))
+    torch.manual_seed(SEED + 1)
+    x = torch.randn(tokens, width, dtype=torch.bfloat16)
+    model(x).float().pow(2).mean().backward()
+    trainer.step()
+    return model, trainer
+# --8<-- [end:setup]
+
+
+# --8<-- [start:count]
+def storage_bytes(tensors) -> int:
+    """Bytes of the distinct storages behind `tensors` (a view or alias is counted once)."""
+    seen: dict[int, int] = {}
+    for t in tensors:
+        s = t.untyped_storage()
+        seen[s.data_ptr()] = s.nbytes()
+    return sum(seen.values())
+
+
+def model_state_bytes(model: torch.nn.Module, trainer: MixedPrecisionAdam) -> dict[str, int]:
+    """Count every tensor the set-up keeps between steps, by category, from the tensors themselves."""
+    state = [trainer.opt.state[m] for m in trainer.master]
+    return {
+        "params (16-bit)": storage_bytes(trainer.params),
+        "grads (16-bit)": storage_bytes(p.grad for p in trainer.params),
+        "master (fp32)": storage_bytes(trainer.master),
+        "Adam exp_avg m (fp32)": storage_bytes(s["exp_avg"] for s in state),
+        "Adam exp_avg_sq v (fp32)": storage_bytes(s["exp_avg_sq"] for s in state),
+        "Adam step (per tensor)": storage_bytes(s["step"] for s in state),
+    }
+
+
+def per_parameter_table(width: int = WIDTH, depth: int = DEPTH):
+    """Rows (category, bytes, bytes/ψ, dtypes) and ψ, the parameter count."""
+    model, trainer = one_step(width=width, depth=depth)
+    psi = sum(p.numel() for p in trainer.params)
+    counted = model_state_bytes(model, trainer)
+    state = trainer.opt.state[trainer.master[0]]
+    dtypes = {"params (16-bit)": trainer.params[0].dtype, "grads (16-bit)": trainer.params[0].grad.dtype,
+              "master (fp32)": trainer.master[0].dtype, "Adam exp_avg m (fp32)": state["exp_avg"].dtype,
+              "Adam exp_avg_sq v (fp32)": state["exp_avg_sq"].dtype, "Adam step (per tensor)": state["step"].dtype}
+    rows = [(k, v, v / psi, str(dtypes[k]).replace("torch.", "")) for k, v in counted.items()]
+    return rows, psi, len(trainer.params)
+# --8<-- [end:count]
+
+
+# --8<-- [start:stages]
+def stage_table(models=((7e9, 8), (13e9, 16), (70e9, 16), (175e9, 64))):
+    """Per-rank model-state memory for each (ψ, N) and ZeRO stage, in GB and GiB (shared formulas)."""
+    gb = zm.table(models, unit=zm.GB)
+    gib = zm.table(models, unit=zm.GIB)
+    return [{"psi": a["psi"], "N": a["N"], "GB": [a[f"stage{s}"] for s in range(4)],
+             "GiB": [b[f"stage{s}"] for s in range(4)]} for a, b in zip(gb, gib)]
+# --8<-- [end:stages]
+
+
+# --8<-- [start:transient]
+class LiveBytes(TorchDispatchMode):
+    """Bytes of new storages created by ATen ops while active: currently alive, peak, and total.
+
+    Every op's outputs are inspected; a storage that is not one of the op's inputs (in-place ops
+    and views return their input's storage) is counted as new until Python frees it.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.live = self.peak = self.total = 0
+        self._alive: set[int] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0]
+                  if isinstance(t, torch.Tensor)}
+        for t in tree_flatten(out)[0]:
+            if not isinstance(t, torch.Tensor):
+                continue
+            s = t.untyped_storage()
+            key, n = s.data_ptr(), s.nbytes()
+            if n == 0 or key in inputs or key in self._alive:
+                continue
+            self._alive.add(key)
+            self.live += n
+            self.total += n
+            self.peak = max(self.peak, self.live)
+            weakref.finalize(s, self._free, key, n)
+        return out
+
+    def _free(self, key: int, n: int) -> None:
+        self.live -= n
+        self._alive.discard(key)
+
+
+ADAM_VARIANTS = {"for-loop (foreach=False)": {"foreach": False},
+                 "foreach=True": {"foreach": True},
+                 "fused=True": {"fused": True}}
+
+
+def step_transients(width: int = WIDTH, depth: int = DEPTH):
+    """Peak extra bytes of one mixed-precision step (fp32 grad copy + Adam), per Adam variant.
+
+    The first step (which also creates m and v) runs before measuring, so what is counted is
+    what a steady-state step allocates on top of the 16ψ model states.
+    """
+    rows = []
+    for name, kw in ADAM_VARIANTS.items():
+        model, trainer = one_step(kw, width, depth)
+        psi = sum(p.numel() for p in trainer.params)
+        largest = max(p.numel() for p in trainer.params)
+        for m, p in zip(trainer.master, trainer.params):
+            m.grad = p.grad.float()
+        with LiveBytes() as adam_only:
+            trainer.opt.step()
+        for m in trainer.master:
+            m.grad = None
+        with LiveBytes() as whole:
+            trainer.step()
+        rows.append({"variant": name, "psi": psi, "largest": largest,
+                     "adam_peak": adam_only.peak, "step_peak": whole.peak, "leftover": whole.live})
+    return rows
+# --8<-- [end:transient]
+
+
+# --8<-- [start:activations]
+def saved_activation_bytes(tokens: int = TOKENS, width: int = WIDTH, depth: int = DEPTH) -> dict[str, int]:
+    """Bytes autograd saves for backward in one forward pass, parameters excluded.
+
+    saved_tensors_hooks sees every tensor an op stores for its backward; storages that belong to
+    parameters (the weights Linear saves) are model states, already in 16ψ, so they are skipped.
+    """
+    model = toy_model(width, depth)
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t):
+        s = t.untyped_storage()
+        if s.data_ptr() not in weights:
+            saved[s.data_ptr()] = s.nbytes()
+        return t
+
+    torch.manual_seed(SEED + 1)
+    x = torch.randn(tokens, width, dtype=torch.bfloat16, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = model(x)
+    psi = sum(p.numel() for p in model.parameters())
+    return {"measured": sum(saved.values()), "predicted": activation_bytes_mlp(tokens, width, depth),
+            "model_states_16psi": 16 * psi, "psi": psi}
+
+
+def activation_bytes_mlp(tokens: int, width: int, depth: int, elem: int = 2) -> int:
+    """Saved inputs of Linear(h,4h) (T·h), GELU (T·4h) and Linear(4h,h) (T·4h): 9·T·h elements a block."""
+    return depth * elem * tokens * (width + 4 * width + 4 * width)
+# --8<-- [end:activations]
+
+
+# --8<-- [start:units]
+def unit_rows(psis=(1.5e9, 7e9, 70e9, 175e9)):
+    """16ψ in bytes, GB (1e9 B) and GiB (2**30 B); the GiB figure is always the smaller number."""
+    return [{"psi": psi, "bytes": 16 * psi, "GB": 16 * psi / zm.GB, "GiB": 16 * psi / zm.GIB} for psi in psis]
+# --8<-- [end:units]
+
+
+# --8<-- [start:figure]
+def stage_figure(psi: float = 70e9, n: int = 16) -> str:
+    """Stacked bars: per-rank params / grads / optimizer state (GB) for stages 0–3 at (ψ, N)."""
+    from snippets.common import figures
+
+    fig, ax = figures.new(6.5, 3.6)
+    parts = [zm.zero_memory_breakdown(psi, n, s) for s in range(4)]
+    bottom = [0.0] * 4
+    for key, color in (("params", "#4c72b0"), ("grads", "#dd8452"), ("optimizer", "#55a868")):
+        vals = [p[key] / zm.GB for p in parts]
+        ax.bar([f"ZeRO-{s}" if s else "DP (stage 0)" for s in range(4)], vals, bottom=bottom, color=color, label=key)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    for i, b in enumerate(bottom):
+        ax.text(i, b, f"{b:,.2f} GB", ha="center", va="bottom", fontsize=9)
+    ax.set_ylabel("rank 당 model states (GB = 1e9 B)")
+    ax.set_title(f"ψ = {psi / 1e9:.0f}B, N = {n}, mixed-precision Adam (K = 12)")
+    ax.legend(loc="upper right")
+    return figures.svg(fig)
+# --8<-- [end:figure]
