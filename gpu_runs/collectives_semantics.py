@@ -4,8 +4,9 @@ Each rank builds small integer tensors whose values name their owner (rank r's v
 100·(r+1) + 0, 1, 2, …), calls one collective at a time, and keeps what it handed in and what it
 got back. Rank 0 gathers the records of all ranks and writes them as the measurements. Nothing is
 timed: the results are the per-rank semantics of broadcast, scatter, gather, all_gather(_single),
-reduce, reduce_scatter(_single), all_reduce and all_to_all(_single), plus reduce_scatter followed
-by all_gather (the decomposition of all_reduce), on whichever backend harness.init picks.
+reduce, reduce_scatter(_single), all_reduce (SUM, and AVG where offered) and all_to_all(_single), plus
+reduce_scatter followed by all_gather (the decomposition of all_reduce), on whichever backend
+harness.init picks.
 
     torchrun --nproc_per_node=4 gpu_runs/collectives_semantics.py                  # CPU, gloo
     torchrun --nproc_per_node=8 gpu_runs/collectives_semantics.py                  # 8 GPUs, NCCL
@@ -56,6 +57,7 @@ def _tensor_api(new: str, old: str):
     return (new, getattr(dist, new)) if hasattr(dist, new) else (old, getattr(dist, old))
 
 
+# --8<-- [start:run_all]
 def run_all(rank: int, n: int, block: int, root: int, device) -> list[dict]:
     """Every collective once on this rank; returns [{collective, api, input, output, warning}]."""
     lst = lambda t: None if t is None else t.cpu().tolist()  # noqa: E731
@@ -117,6 +119,14 @@ def run_all(rank: int, n: int, block: int, root: int, device) -> list[dict]:
     w = _call(dist.all_reduce, buf)
     rec("all_reduce", "all_reduce", x(), buf, w)
 
+    # all_reduce with ReduceOp.AVG (float64): the mean, where the backend offers it
+    buf, err, w = x().double(), None, None
+    try:
+        w = _call(dist.all_reduce, buf, op=dist.ReduceOp.AVG)
+    except (RuntimeError, ValueError) as e:  # a backend without AVG refuses it on every rank
+        err = f"{type(e).__name__}: {e}"[:300]
+    rec("all_reduce_avg", "all_reduce(op=ReduceOp.AVG)", x(), None if err else buf, w, error=err)
+
     # all_to_all, list form and single-tensor form
     outs = [empty(block) for _ in range(n)]
     w = _call(dist.all_to_all, outs, list(x().chunk(n)))
@@ -136,6 +146,7 @@ def run_all(rank: int, n: int, block: int, root: int, device) -> list[dict]:
         ag(full, shard)
     rec("rs_then_ag", f"{rs_name} → {ag_name}", x(), full, None, shard=lst(shard))
     return recs
+# --8<-- [end:run_all]
 
 
 def main(argv=None) -> int:
