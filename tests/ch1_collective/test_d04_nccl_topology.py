@@ -1,0 +1,249 @@
+"""Ch1-04 NCCL 과 NVLink 토폴로지: each test asserts a claim the page makes."""
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from snippets import results
+from snippets.ch1_collective import d04_nccl_topology as page
+from snippets.common import alphabeta as ab
+from tests.conftest import ROOT, launch
+
+
+# ---------------------------------------------------------------- link rates (ERRATA row 8)
+
+def test_link_rates_are_per_direction_halves_of_the_marketing_totals():
+    r = {x["link"]: x for x in page.link_rates()}
+    assert r["NVLink3 (A100)"]["bidirectional"] == 600 and r["NVLink3 (A100)"]["per_direction"] == 300
+    assert r["NVLink4 (H100)"]["bidirectional"] == 900 and r["NVLink4 (H100)"]["per_direction"] == 450
+    assert r["InfiniBand HDR (1 port)"]["per_direction"] == 25
+    assert r["InfiniBand NDR (1 port)"]["per_direction"] == 50
+    assert r["PCIe Gen4 x16"]["per_direction"] == pytest.approx(31.5, abs=0.05)
+    assert r["PCIe Gen5 x16"]["per_direction"] == pytest.approx(63.0, abs=0.05)
+    # like-for-like per GPU: 12× (A100/HDR) and 9× (H100/NDR), not the 24× of 600 vs 25
+    assert r["NVLink3 (A100)"]["per_direction"] / r["InfiniBand HDR (1 port)"]["per_direction"] == 12
+    assert r["NVLink4 (H100)"]["per_direction"] / r["InfiniBand NDR (1 port)"]["per_direction"] == 9
+
+
+def test_nccl_model_values_read_from_source():
+    m = {x["link"]: x for x in page.nccl_model_rates()}
+    assert m["NVLink4 ×18 (H100)"]["nccl"] == pytest.approx(370.8)
+    assert m["PCIe Gen4 x16"]["nccl"] == 24.0 and m["PCIe Gen5 x16"]["nccl"] == 48.0
+    assert m["InfiniBand NDR"]["nccl"] == 50.0
+    assert all(x["nccl"] <= x["line_rate"] + 1e-9 for x in m.values())
+
+
+# ---------------------------------------------------------------- experiment 1: topologies
+
+@pytest.fixture(scope="module")
+def cases():
+    return {c["name"]: page.evaluate_case(c) for c in page.topology_cases()}
+
+
+def test_experiment1_bottlenecks(cases):
+    nv = cases["DGX H100-like, NVSwitch"]
+    assert nv["B"] == 450 and nv["kind"] == "NVLink" and nv["N"] == 8
+    pc = cases["PCIe node, 2 sockets"]
+    assert pc["B"] == page.SRP_QPI_BW and pc["kind"] == "UPI"
+    one = cases["2 nodes, 1 NIC/GPU, 1 ring"]
+    eight = cases["2 nodes, 1 NIC/GPU, 8 rings"]
+    pair = cases["2 nodes, 1 NIC/2 GPUs, 8 rings"]
+    assert one["B"] == 50 and one["kind"] == "InfiniBand" and one["N"] == 16
+    assert eight["B"] == 400 and eight["kind"] == "InfiniBand"
+    assert pair["B"] == 200
+
+
+def test_experiment1_times_use_the_shared_ring_formula(cases):
+    for c in cases.values():
+        for s in (1 << 20, 1 << 30):
+            t = float(ab.ring_allreduce_time(c["N"], s, c["alpha"], 1 / (c["B"] * 1e9)))
+            assert c[s]["time"] == pytest.approx(t)
+            assert c[s]["busbw"] <= c["B"]  # busbw approaches B from below (Theorem 1.4.7)
+        assert c[1 << 30]["busbw"] > 0.85 * c["B"]
+
+
+def test_theorem_bottleneck_equals_slowest_step():
+    """Theorem 1.4.3 by direct simulation: per step, every hop moves S/(kN) over its path and a
+    link shared by ℓ hops needs ℓ·S/(kN·c) seconds; the slowest link sets the step time."""
+    for case in page.topology_cases():
+        g, rings = case["graph"], case["rings"]
+        k, n, s = len(rings), len(rings[0]), 1e9
+        per_link = {}
+        for ring in rings:
+            for u, v in zip(ring, ring[1:] + ring[:1]):
+                for e in page.route(g, u, v):
+                    per_link[e] = per_link.get(e, 0.0) + s / (k * n)
+        step = max(b / (g.edges[e]["cap"] * 1e9) for e, b in per_link.items())
+        total = 2 * (n - 1) * step
+        b = page.ring_bottleneck(g, rings)["B"]
+        assert total == pytest.approx(2 * (n - 1) / n * s / (b * 1e9))
+
+
+@pytest.mark.parametrize("nodes", [2, 3, 4])
+def test_corollary_node_egress_bound(nodes):
+    """Corollary 1.4.4: B ≤ each GPU's egress and ≤ a node's total NIC egress; rotated rings reach it."""
+    g = page.multi_node(nodes, nics_per_node=8)
+    for k in (1, 2, 8):
+        b = page.ring_bottleneck(g, page.rotated_rings(g, k))["B"]
+        assert b <= 8 * 50 + 1e-9 and b <= 450
+        assert b == pytest.approx(min(k, 8) * 50)
+
+
+def test_figure_and_cells_are_fast():
+    from snippets.common import figures
+
+    figures.svg(figures.new()[0])  # matplotlib's one-off start-up is not the cell's cost
+    t0 = time.perf_counter()
+    cs = page.topology_cases()
+    [page.evaluate_case(c) for c in cs]
+    assert "<svg" in page.topology_figure(cs)
+    assert time.perf_counter() - t0 < 1.0
+
+
+# ---------------------------------------------------------------- experiment 2: selection
+
+def test_selection_is_the_argmin_of_predicted_times():
+    sizes = np.logspace(2, 10, 60)
+    for nodes in (1, 2, 4, 16, 64):
+        times = page.predicted_times(sizes, nodes)
+        chosen = page.select(sizes, nodes)
+        for i, pair in enumerate(chosen):
+            assert times[pair][i] == min(t[i] for t in times.values())
+
+
+def test_cost_is_ncclTopoGetAlgoTime_form():
+    lat, bw = page.model_cost("ring", "Simple", 1, 8, 450.0)
+    # ring, Simple, one node on NVLink: base 8.4 + 2(N−1)·3.4 µs; algbw = busbw·N/(2(N−1))
+    assert lat == pytest.approx(8.4 + 14 * 3.4)
+    assert bw == pytest.approx(450 * 8 / 14)
+    t = page.predicted_times([1e6], 1, 8, 450.0)[("ring", "Simple")][0]
+    assert t == pytest.approx(lat + 1e6 / (1000 * bw))
+
+
+def test_no_fixed_threshold_switch_points_move_with_n():
+    """The size where the choice first changes depends on N, and the algorithm can change
+    back and forth (tree → ring → tree → ring at 2 nodes)."""
+    firsts = {nodes: page.switch_points(nodes, bus_GBps=400.0)[0][0] for nodes in (2, 4, 16, 64)}
+    assert len({round(v) for v in firsts.values()}) == 4
+    algos = [a for _, a, _ in page.switch_points(2, bus_GBps=400.0)]
+    algos.append(page.switch_points(2, bus_GBps=400.0)[-1][2])
+    seq = [a for a, _ in algos]
+    assert seq.count("tree") >= 2 and seq.count("ring") >= 2
+    # every reported switch point is where the two costs are equal
+    for nodes in (1, 2, 16):
+        for x, lo, hi in page.switch_points(nodes, bus_GBps=400.0):
+            t = page.predicted_times([x], nodes, bus_GBps=400.0)
+            assert t[lo][0] == pytest.approx(t[hi][0], rel=1e-9)
+
+
+def test_envelope_bandwidth_nondecreasing():
+    """Theorem 1.4.6: along increasing S the chosen pair's algorithm bandwidth never decreases."""
+    for nodes in (1, 2, 4, 16, 64):
+        pts = page.switch_points(nodes, bus_GBps=400.0)
+        bws = [page.model_cost(*pts[0][1], nodes, 8, 400.0)[1]] + \
+              [page.model_cost(*hi, nodes, 8, 400.0)[1] for _, _, hi in pts]
+        assert all(b2 > b1 for b1, b2 in zip(bws, bws[1:]))
+
+
+# ---------------------------------------------------------------- experiment 3: busbw
+
+def test_busbw_definitions_on_committed_results():
+    runs = results.load("collectives_bench", kind="cpu")
+    for r in runs:
+        n = r.hardware["world_size"]
+        for op in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast"):
+            for row in page.bandwidth_rows(r, op):
+                assert row["busbw"] == pytest.approx(row["stored_busbw"], rel=1e-9)
+                assert row["busbw"] == pytest.approx(row["algbw"] * ab.BUSBW_FACTOR[op](n))
+
+
+def test_ring_busbw_model_identity():
+    """Theorem 1.4.7: busbw = 1/(β + Nα/S); independent of N as S → ∞."""
+    s = np.logspace(1, 12, 30)
+    for n in (2, 4, 8, 64):
+        got = page.ring_busbw_model(n, s, 5e-6, 1 / 25e9)
+        assert np.allclose(got, 1 / (1 / 25e9 + n * 5e-6 / s))
+    assert page.ring_busbw_model(1024, 1e15, 5e-6, 1 / 25e9) == pytest.approx(25e9, rel=1e-3)
+
+
+def test_fit_positive_on_committed_results():
+    for r in results.load("collectives_bench", kind="cpu"):
+        a, b = page.fit_allreduce(r)
+        assert a > 0 and b > 0
+
+
+# ---------------------------------------------------------------- experiment 4: NCCL log
+
+def _line(body):
+    return "node0:100:101 [0] NCCL INFO " + body
+
+
+def test_parser_reads_the_source_formats():
+    """Lines built from the format strings in the NCCL source (tests only: the page shows none)."""
+    lines = [
+        _line("comm 0x55 rank 0 nRanks 8 nNodes 1 localRanks 8 localRank 0 MNNVL 0"),
+        _line("Pattern 4, crossNic 0, nChannels 2, bw 20.000000/20.000000, type NVL/PIX, sameChannels 1"),
+        _line("Channel %02d/%02d :" % (1, 2) + "".join(f" {r}" for r in [0, 1, 2, 3, 4, 5, 6, 7])),
+        _line("Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM"),
+        _line("Ring %02d : %d -> %d -> %d" % (0, 7, 0, 1)),
+        _line("%s: %ld Bytes -> Algo %s proto %s channel{Lo..Hi}={%d..%d}" % ("AllReduce", 1048576, "RING",
+                                                                              "LL128", 0, 1)),
+    ]
+    p = page.parse_nccl_log(lines)
+    assert p["comms"] == [{"rank": 0, "nRanks": 8, "nNodes": 1, "localRanks": 8}]
+    assert p["patterns"][0]["pattern"] == "RING" and p["patterns"][0]["nChannels"] == 2
+    assert p["channels"] == [{"channel": 1, "of": 2, "order": list(range(8))}]
+    assert p["rings"] == [{"channel": 0, "prev": 7, "rank": 0, "next": 1}]
+    assert p["algos"][0] == {"func": "AllReduce", "bytes": 1048576, "algo": "RING", "proto": "LL128",
+                             "channels": (0, 1)}
+
+
+def test_capture_cell_without_results_says_how_to_produce_one(tmp_path):
+    text = page.captured_log_markdown(tmp_path)
+    assert "없습니다" in text and page.CAPTURE_COMMAND in text and "NCCL INFO" not in text
+
+
+def test_no_invented_capture_is_committed():
+    """The page states no GPU log was captured for this edition; any committed capture must be a
+    real GPU result with NCCL provenance."""
+    folder = results.RESULTS / page.CAPTURE_PROGRAM
+    for path in sorted(folder.glob("*.json")) if folder.exists() else []:
+        r = results.read(path)
+        assert r.hardware["kind"] == "gpu" and r.hardware["backend"] == "nccl" and r.data["versions"]["nccl"]
+
+
+def test_capture_script_refuses_on_cpu_direct():
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, "gpu_runs/nccl_debug_capture.py", "--preset", "tiny"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "needs CUDA GPUs and NCCL" in proc.stderr
+
+
+@pytest.mark.dist
+def test_capture_script_refuses_under_torchrun(tmp_path):
+    proc, took = launch("gpu_runs/nccl_debug_capture.py", 2, ["--preset", "tiny", "--out", tmp_path], check=False)
+    assert proc.returncode != 0
+    assert "needs CUDA GPUs and NCCL" in proc.stderr + proc.stdout
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_capture_script_not_registered_in_runs():
+    text = (ROOT / "scripts" / "runs.py").read_text()
+    assert "nccl_debug_capture" not in text
+
+
+def test_anonymise_replaces_hostname_only():
+    sys.path.insert(0, str(ROOT))
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ndc", ROOT / "gpu_runs" / "nccl_debug_capture.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = mod.anonymise(["dgx-a17:4242:4250 [3] NCCL INFO Ring 00 : 2 -> 3 -> 4"], 1)
+    assert out == ["node1:4242:4250 [3] NCCL INFO Ring 00 : 2 -> 3 -> 4"]
