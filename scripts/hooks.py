@@ -45,14 +45,16 @@ KIND_KO = {"definition": "정의", "theorem": "정리", "lemma": "보조정리",
 # ------------------------------------------------------------------ config / nav
 
 def on_config(config, **kwargs):
-    nav = [{"홈": "index.md"}, {"표기법": "notation.md"}]
+    docs = Path(config["docs_dir"])
+    here = lambda rel: (docs / rel).exists()  # noqa: E731
+    nav = [{"홈": "index.md"}] + ([{"표기법": "notation.md"}] if here("notation.md") else [])
     for ch in book.CHAPTERS:
-        items = [d.path for d in ch.docs if d.written]
-        if (book.DOCS / ch.lab_path).exists():
+        items = [d.path for d in ch.docs if here(d.path)]
+        if here(ch.lab_path):
             items.append({f"Ch{ch.number} 실습 노트북": ch.lab_path})
         if items:
             nav.append({f"Ch{ch.number} {ch.title.split(' ')[0]}": items})
-    nav += [{"정리 색인": "theorems.md"}, {"참고문헌": "references.md"}]
+    nav += [{t: f} for t, f in (("정리 색인", "theorems.md"), ("참고문헌", "references.md")) if here(f)]
     config["nav"] = nav
     if MATH_RENDER not in ("build", "browser"):
         raise PluginError(f"MATH_RENDER must be 'build' or 'browser', not {MATH_RENDER!r}")
@@ -223,21 +225,49 @@ def _katex_render(items: list[tuple[str, bool]]) -> list[dict]:
     return json.loads(proc.stdout)
 
 
+TOC_MATH = re.compile(r"\\\((.*?)\\\)", re.S)
+ELLIPSIS = re.compile(r'(<span class="md-ellipsis">)(.*?)(</span>)', re.S)
+
+
 def on_post_page(output, page, config, **kwargs):
+    """Replace every arithmatex span (and TeX left in TOC entries) with KaTeX HTML."""
     if MATH_RENDER != "build":
         return output
     found = list(MATH.finditer(output))
-    if not found:
-        return output
+    toc = [m for m in ELLIPSIS.finditer(output) if "\\(" in m.group(2)]
     items = [(html.unescape(m.group(3)), m.group(2) == "\\[") for m in found]
-    rendered = _katex_render(items)
-    pieces, last = [], 0
-    for m, (tex, display), r in zip(found, items, rendered):
+    toc_items = [(html.unescape(t.group(1)), False) for m in toc for t in TOC_MATH.finditer(m.group(2))]
+    if not items and not toc_items:
+        return output
+    rendered = iter(_katex_render(items + toc_items))
+
+    def checked(tex):
+        r = next(rendered)
         if "error" in r:
             raise PluginError(f"{page.file.src_uri}: KaTeX cannot render {tex[:80]!r}: {r['error']}")
-        pieces.append(output[last:m.start()])
+        return r["html"]
+
+    spans = {}
+    for m, (tex, display) in zip(found, items):
         tag = "div" if display else "span"
-        pieces.append(f'<{tag} class="arithmatex">{r["html"]}</{tag}>')
-        last = m.end()
+        spans[m.span()] = f'<{tag} class="arithmatex">{checked(tex)}</{tag}>'
+    for m in toc:
+        inner = TOC_MATH.sub(lambda t: checked(html.unescape(t.group(1))), m.group(2))
+        spans[m.span()] = m.group(1) + inner + m.group(3)
+    pieces, last = [], 0
+    for (a, b), new in sorted(spans.items()):
+        pieces.append(output[last:a])
+        pieces.append(new)
+        last = b
     pieces.append(output[last:])
     return "".join(pieces)
+
+
+def on_post_build(config, **kwargs):
+    """Search shows plain text: drop TeX delimiters from the search index (math stays readable)."""
+    index = Path(config["site_dir"]) / "search" / "search_index.json"
+    if index.exists():
+        text = index.read_text(encoding="utf-8")
+        for d in ("\\\\(", "\\\\)", "\\\\[", "\\\\]"):
+            text = text.replace(d, "")
+        index.write_text(text, encoding="utf-8")

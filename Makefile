@@ -1,0 +1,56 @@
+# 분산 학습 Deep Dive — build, serve, test, refresh results.
+#   make serve   create .venv, install everything, build, serve on http://127.0.0.1:8000
+#   make test    same set-up, then the whole test suite (build, distributed runs, browser)
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# torch 2.13.0 is the newest CPU build; on a CUDA machine: make setup TORCH_SPEC="torch==2.13.0 --index-url <your CUDA wheel index>"
+TORCH_SPEC ?= torch==2.13.0
+DEEPSPEED_SPEC ?= deepspeed==0.19.8
+export NO_MKDOCS_2_WARNING := 1
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: setup serve build test test-fast runs lock browser-deps clean
+
+$(STAMP): requirements.lock pyproject.toml package.json package-lock.json
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q $(TORCH_SPEC)
+	$(BIN)/pip install -q -r requirements.lock
+	DS_BUILD_OPS=0 $(BIN)/pip install -q --no-build-isolation $(DEEPSPEED_SPEC)
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# Chromium and fonts for the browser tests and screenshots (Debian packages; installed when root).
+browser-deps:
+	@if [ -x /usr/bin/chromium ] && fc-list | grep -qi "Noto Sans CJK" && fc-list | grep -qi "Noto Color Emoji"; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-cjk fonts-noto-color-emoji >/dev/null; \
+	else echo "browser tests need Debian's chromium, fonts-noto-cjk and fonts-noto-color-emoji (they will be skipped)"; fi
+
+build: setup
+	$(BIN)/mkdocs build --strict
+
+serve: build
+	$(BIN)/mkdocs serve -a 127.0.0.1:8000
+
+test: setup browser-deps
+	$(BIN)/python -m pytest
+
+# everything but the whole-site build and the browser (seconds instead of minutes)
+test-fast: setup
+	$(BIN)/python -m pytest -m "not build and not browser"
+
+# regenerate every committed CPU result with torchrun on this machine
+runs: setup
+	$(BIN)/python scripts/runs.py
+
+lock: setup
+	{ sed -n '1,4p' requirements.lock; $(BIN)/pip freeze --exclude-editable | grep -v '^torch==\|^deepspeed==\|^-e '; } > requirements.lock.new
+	mv requirements.lock.new requirements.lock
+
+clean:
+	rm -rf site build test-artifacts .pytest_cache

@@ -1,0 +1,62 @@
+"""Shared fixtures: launching gpu_runs programs for real (torchrun, CPU, gloo)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
+
+
+def launch(script: str, nproc: int = 2, args=(), timeout: float = 60, check: bool = True):
+    """Run `torchrun --standalone --nproc_per_node=nproc gpu_runs/<script> args` on CPU.
+
+    Returns (CompletedProcess, seconds). CUDA is hidden so the program takes its gloo path.
+    """
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    cmd = [TORCHRUN, "--standalone", f"--nproc_per_node={nproc}", script, *map(str, args)]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    took = time.perf_counter() - t0
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n--- stdout\n{proc.stdout[-3000:]}"
+                             f"\n--- stderr\n{proc.stderr[-3000:]}")
+    return proc, took
+
+
+@pytest.fixture
+def run_tiny(tmp_path):
+    """Launch a program's tiny preset into a temporary results folder; return (data, seconds)."""
+
+    def _run(program: str, nproc: int = 2, extra=(), timeout: float = 60):
+        out = tmp_path / program
+        _, took = launch(f"gpu_runs/{program}.py", nproc, ["--preset", "tiny", "--out", out, *extra], timeout)
+        files = sorted(out.glob("*.json"))
+        assert len(files) == 1, f"expected one results file in {out}, found {files}"
+        return json.loads(files[0].read_text()), took
+
+    return _run
+
+
+@pytest.fixture(scope="session")
+def built_site():
+    """Build the whole site once per session (strict, every cell executed): (site, seconds, log)."""
+    if os.environ.get("BOOK_SITE"):  # reuse a site built beforehand (development only)
+        return Path(os.environ["BOOK_SITE"]), 0.0, ""
+    site = ROOT / "build" / "site"
+    cmd = [sys.executable, "-m", "mkdocs", "build", "--strict", "--clean", "-d", str(site)]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    seconds = time.perf_counter() - t0
+    if proc.returncode != 0:
+        pytest.fail(f"mkdocs build --strict failed ({seconds:.0f} s):\n{proc.stderr[-6000:]}")
+    (ROOT / "build").mkdir(exist_ok=True)
+    (ROOT / "build" / "build-time.txt").write_text(f"{seconds:.2f}\n")
+    return site, seconds, proc.stderr

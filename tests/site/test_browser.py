@@ -1,0 +1,132 @@
+"""A real browser (Playwright driving Debian's Chromium, headless) on every page of the built site.
+
+Checks per page: no console errors, no KaTeX errors, no leftover TeX delimiters in the text, no
+request to any host but the local server. Also: Korean search finds a page; instant navigation
+keeps math rendered; screenshots are kept under test-artifacts/screenshots/.
+"""
+from __future__ import annotations
+
+import functools
+import http.server
+import re
+import shutil
+import threading
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+from snippets import book
+
+ROOT = book.ROOT
+ARTIFACTS = ROOT / "test-artifacts" / "screenshots"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+pytestmark = [pytest.mark.browser, pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="no chromium")]
+
+CHROME_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync",
+               "--disable-dev-shm-usage"]
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def server(built_site):
+    site, _, _ = built_site
+    handler = functools.partial(_Quiet, directory=str(site))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    t = threading.Thread(target=httpd.serve_forever, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/", site
+    httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROME_ARGS)
+        yield b
+        b.close()
+
+
+def _pages(site: Path) -> list[str]:
+    urls = []
+    for html in sorted(site.glob("**/index.html")):
+        rel = html.parent.relative_to(site).as_posix()
+        if rel in ("404",) or rel.startswith("assets"):
+            continue
+        urls.append("" if rel == "." else rel + "/")
+    return urls
+
+
+def _open(browser, url):
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors, foreign = [], []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+
+    def route(r):
+        host = urlparse(r.request.url).hostname
+        if r.request.url.startswith(("data:", "blob:")) or host in ("127.0.0.1", "localhost"):
+            return r.continue_()
+        foreign.append(r.request.url)
+        return r.abort()
+
+    page.route("**/*", route)
+    page.goto(url, wait_until="networkidle")
+    return page, errors, foreign
+
+
+def test_every_page_is_clean(server, browser):
+    base, site = server
+    urls = _pages(site)
+    assert len(urls) >= 5
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    problems = []
+    for rel in urls:
+        page, errors, foreign = _open(browser, base + rel)
+        katex_errors = page.locator(".katex-error").count()
+        text = page.evaluate("""() => {
+            const clone = document.body.cloneNode(true);
+            clone.querySelectorAll('pre, code, .katex, script, style').forEach(e => e.remove());
+            return clone.innerText; }""")
+        leftovers = [d for d in ("$$", "\\(", "\\[") if d in text]
+        name = (rel.strip("/").replace("/", "__") or "index") + ".png"
+        page.screenshot(path=str(ARTIFACTS / name), full_page=False)
+        if errors or foreign or katex_errors or leftovers:
+            problems.append((rel, errors[:3], foreign[:3], katex_errors, leftovers))
+        page.close()
+    assert not problems, problems
+
+
+def test_korean_search_finds_the_ring_page(server, browser):
+    base, _ = server
+    page, errors, _ = _open(browser, base)
+    box = page.locator("input.md-search__input")
+    box.click()
+    box.fill("대역폭")  # Hangul arrives as composed text; Material listens for key events
+    box.press("End")
+    page.keyboard.press("Space")
+    page.keyboard.press("Backspace")
+    page.wait_for_selector(".md-search-result__item", timeout=15000)
+    links = page.eval_on_selector_all(".md-search-result__item a", "els => els.map(e => e.href)")
+    page.screenshot(path=str(ARTIFACTS / "search-korean.png"))
+    assert any("03-ring-allreduce" in h for h in links), links
+    assert not errors
+
+
+def test_instant_navigation_keeps_math_rendered(server, browser):
+    base, _ = server
+    page, errors, foreign = _open(browser, base)
+    page.locator('a[href$="ch1-collective/03-ring-allreduce/"]').first.click()
+    page.wait_for_url(re.compile(r".*03-ring-allreduce/$"))
+    page.wait_for_selector("#thm-ring-traffic")
+    assert page.locator(".katex").count() > 50
+    assert page.locator(".katex-error").count() == 0
+    page.screenshot(path=str(ARTIFACTS / "instant-nav-ring.png"))
+    assert not errors and not foreign

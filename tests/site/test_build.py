@@ -1,0 +1,147 @@
+"""The whole site builds in strict mode within the budget, and the build's guards really fire."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from snippets import book, results
+
+ROOT = book.ROOT
+pytestmark = pytest.mark.build
+
+
+def test_strict_build_succeeds_within_budget(built_site):
+    site, seconds, log = built_site
+    pages = sorted(site.glob("**/index.html"))
+    n_docs = len(book.written_docs())
+    assert (site / "ch1-collective/03-ring-allreduce/index.html").exists()
+    for d in book.written_docs():
+        assert (site / d.url / "index.html").exists(), d.url
+    # GUIDE budget: at most 2 s per page on average, every cell executed
+    assert seconds / len(pages) <= 2.0, f"{seconds:.1f} s for {len(pages)} pages"
+    assert "WARNING" not in log, log
+    assert n_docs >= 1
+
+
+def test_no_request_to_other_hosts_in_html(built_site):
+    site, _, _ = built_site
+    bad = re.compile(r"""(?:src|href)=["'](?:https?:)?//(?!127\.0\.0\.1|localhost)[^"']+\.(?:js|css|woff2?|ttf)""")
+    for html in site.glob("**/*.html"):
+        text = html.read_text(encoding="utf-8")
+        assert not bad.search(text), f"{html}: {bad.search(text).group(0)}"
+        assert "fonts.googleapis" not in text and "cdn.jsdelivr" not in text, html
+
+
+def test_math_is_rendered_at_build_time(built_site):
+    site, _, _ = built_site
+    html = (site / "ch1-collective/03-ring-allreduce/index.html").read_text(encoding="utf-8")
+    assert html.count('class="katex"') > 50
+    assert "katex-error" not in html
+    assert not re.search(r'<span class="arithmatex">\\\(', html)
+
+
+def test_theorem_index_and_references_are_generated(built_site):
+    site, _, _ = built_site
+    idx = (site / "theorems/index.html").read_text(encoding="utf-8")
+    for anchor in ("thm-ring-traffic", "thm-allreduce-bandwidth-bound", "def-alpha-beta"):
+        assert f"03-ring-allreduce/#{anchor}" in idx
+    page = (site / "ch1-collective/03-ring-allreduce/index.html").read_text(encoding="utf-8")
+    assert 'id="thm-ring-traffic"' in page
+    refs = (site / "references/index.html").read_text(encoding="utf-8")
+    assert 'id="patarasuk2009"' in refs and "10.1016/j.jpdc.2008.09.002" in refs
+
+
+def test_landing_map_lists_all_35_documents(built_site):
+    site, _, _ = built_site
+    html = (site / "index.html").read_text(encoding="utf-8")
+    for d in book.ALL_DOCS:
+        assert d.title.split(" — ")[0].split(" (")[0] in html, d.title
+        if d.written:
+            assert f'href="{d.url}"' in html, d.url
+
+
+def test_provenance_box_on_results_page(built_site):
+    site, _, _ = built_site
+    html = (site / "ch1-collective/03-ring-allreduce/index.html").read_text(encoding="utf-8")
+    assert html.count("provenance") >= 2 and "torchrun" in html and "STALE" not in html
+
+
+# ----------------------------------------------------------------- the guards, on a one-page site
+
+def _mini_site(tmp_path: Path, page: str) -> Path:
+    """A one-page site that uses the book's real mkdocs.yml, hooks and plugins."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "index.md").write_text(page, encoding="utf-8")
+    text = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    text = (text.replace("docs_dir: docs", f"docs_dir: {docs}")
+                .replace("site_dir: site", f"site_dir: {tmp_path / 'site'}")
+                .replace("  - scripts/hooks.py", f"  - {ROOT / 'scripts/hooks.py'}"))
+    out = tmp_path / "mkdocs.yml"
+    out.write_text(text, encoding="utf-8")
+    return out
+
+
+def _build(cfg: Path):
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(cfg)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"})
+
+
+def test_failing_cell_fails_the_build_and_names_its_id(tmp_path):
+    cfg = _mini_site(tmp_path, '# t\n\n```python exec="on" id="boom-cell"\nraise RuntimeError("kaput")\n```\n')
+    proc = _build(cfg)
+    assert proc.returncode != 0
+    assert "boom-cell" in proc.stderr and "kaput" in proc.stderr
+
+
+def test_katex_error_fails_the_build(tmp_path):
+    cfg = _mini_site(tmp_path, "# t\n\n$$\\frac{1}{$$\n")
+    proc = _build(cfg)
+    assert proc.returncode != 0 and "KaTeX cannot render" in proc.stderr
+
+
+def test_unknown_citation_fails_the_build(tmp_path):
+    cfg = _mini_site(tmp_path, "# t\n\nsee [@nobody1999]\n")
+    proc = _build(cfg)
+    assert proc.returncode != 0 and "nobody1999" in proc.stderr
+
+
+def _planted(tmp_path, mutate):
+    src = results.all_paths()[0]
+    d = json.loads(src.read_text())
+    mutate(d)
+    target = src.parent / f"{d['hardware']['id']}.json"
+    assert not target.exists()
+    target.write_text(json.dumps(d))
+    return target
+
+
+def test_malformed_results_file_fails_the_build_naming_file_and_field(tmp_path):
+    def mutate(d):
+        d["hardware"]["id"] = "cpu-test-malformed"
+        d["git"]["commit"] = "not-a-commit"
+    target = _planted(tmp_path, mutate)
+    try:
+        proc = _build(_mini_site(tmp_path, "# t\n"))
+    finally:
+        target.unlink()
+    assert proc.returncode != 0
+    assert "cpu-test-malformed.json" in proc.stderr and "git/commit" in proc.stderr
+
+
+def test_stale_result_fails_the_strict_build(tmp_path):
+    def mutate(d):
+        d["hardware"]["id"] = "cpu-test-stale-build"
+        d["script"]["sha256"] = "0" * 64
+    target = _planted(tmp_path, mutate)
+    try:
+        proc = _build(_mini_site(tmp_path, "# t\n"))
+    finally:
+        target.unlink()
+    assert proc.returncode != 0 and "stale result" in proc.stderr

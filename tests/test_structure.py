@@ -1,0 +1,173 @@
+"""The book's own structure rules (GUIDE.md): template, mirrored names, anchors, citations, nav."""
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from snippets import book
+
+ROOT = book.ROOT
+SECTIONS = ["🎯", "🔍", "📐", "📖", "✏", "🔬", "💻", "🔗", "⚖", "📌", "🤔"]
+EXEC = re.compile(r"^\s*```\s*python\b.*\bexec=\"on\"")
+BLOCK = re.compile(r"^/// (definition|theorem|lemma|corollary|proof) \|")
+ANCHOR = re.compile(r"^\s+attrs: \{id: ([A-Za-z0-9_-]+)\}")
+CITE = re.compile(r"(?<!`)\[@([^\]]+)\]")
+BANNED = ["예상 출력", "expected output", "todo", "tbd", "lorem ipsum", "placeholder", "준비 중"]
+
+WRITTEN = book.written_docs()
+
+
+def sections(text: str):
+    """Split a page into its ## sections, ignoring fenced code."""
+    out, cur, fence = [], None, False
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            fence = not fence
+        if not fence and line.startswith("## "):
+            cur = {"title": line[3:].strip(), "lines": []}
+            out.append(cur)
+        elif cur is not None:
+            cur["lines"].append(line)
+    return out
+
+
+def test_some_pages_are_written():
+    assert WRITTEN, "no document written yet"
+    assert len(book.ALL_DOCS) == 35
+
+
+@pytest.mark.parametrize("doc", WRITTEN, ids=lambda d: d.path)
+def test_page_template(doc):
+    text = (book.DOCS / doc.path).read_text(encoding="utf-8")
+    secs = sections(text)
+    heads = [s["title"] for s in secs]
+    assert len(heads) == 11, heads
+    for emoji, head in zip(SECTIONS, heads):
+        assert head.startswith(emoji), (emoji, head)
+    by = dict(zip(SECTIONS, secs))
+    # experiments: ### 실험 1..k (k >= 4), each with an executed cell
+    exp_lines = by["💻"]["lines"]
+    exps, cur = [], None
+    for line in exp_lines:
+        if re.match(r"### 실험 \d+", line):
+            cur = [line]
+            exps.append(cur)
+        elif cur is not None:
+            cur.append(line)
+    assert len(exps) >= 4, f"{len(exps)} experiments"
+    for e in exps:
+        assert any(EXEC.match(l) for l in e), f"{e[0]} has no executed cell"
+        assert [int(re.search(r"\d+", e[0]).group())] == [exps.index(e) + 1]
+    # proofs end with □ (one per proof block)
+    proofs = text.count("/// proof |")
+    assert proofs >= 1
+    assert len(re.findall(r"\\square", "\n".join(by["🔬"]["lines"]))) >= proofs
+    # exercises: 기초 / 심화 / 논문 비평, each with a collapsible solution
+    ex = "\n".join(by["🤔"]["lines"])
+    for level in ("기초", "심화", "논문 비평"):
+        assert level in ex
+    assert len(re.findall(r"^\?\?\?\+? ", ex, re.M)) >= 3
+    low = text.lower()
+    for word in BANNED:
+        assert word not in low, word
+    assert text.startswith("# "), "page starts with its H1 title"
+
+
+@pytest.mark.parametrize("doc", WRITTEN, ids=lambda d: d.path)
+def test_mirrored_module_and_test(doc):
+    """One page, one module, one test (GUIDE): and the page really uses its module."""
+    assert (ROOT / doc.module_path).exists(), doc.module_path
+    assert (ROOT / doc.test_path).exists(), doc.test_path
+    text = (book.DOCS / doc.path).read_text(encoding="utf-8")
+    mod = f"snippets.{doc.package}.{doc.module}"
+    assert doc.module_path in text or mod in text, f"{doc.path} never uses {mod}"
+    importlib.import_module(mod)
+
+
+def test_no_orphan_modules_or_tests():
+    pages = {d.module_path for d in WRITTEN}
+    tests = {d.test_path for d in WRITTEN}
+    labs = {f"snippets/{c.package}/lab.py" for c in book.CHAPTERS}
+    for p in ROOT.glob("snippets/ch*_*/*.py"):
+        rel = p.relative_to(ROOT).as_posix()
+        if p.name == "__init__.py" or rel in labs:
+            continue
+        assert rel in pages, f"orphan module {rel}: no page uses it"
+    for p in ROOT.glob("tests/ch*_*/test_*.py"):
+        rel = p.relative_to(ROOT).as_posix()
+        assert rel in tests or p.name == "test_lab.py", f"orphan test {rel}"
+
+
+def test_shared_modules_are_used():
+    used = "\n".join(p.read_text(encoding="utf-8") for p in
+                     [*ROOT.glob("snippets/**/*.py"), *ROOT.glob("docs/**/*.md"), *ROOT.glob("gpu_runs/*.py"),
+                      *ROOT.glob("docs/**/lab.py")])
+    for p in ROOT.glob("snippets/common/*.py"):
+        if p.name == "__init__.py":
+            continue
+        assert f"snippets.common.{p.stem}" in used or f"snippets.common import {p.stem}" in used, p
+
+
+def _blocks():
+    for doc in WRITTEN:
+        lines = (book.DOCS / doc.path).read_text(encoding="utf-8").splitlines()
+        for i, line in enumerate(lines):
+            m = BLOCK.match(line)
+            if m and m.group(1) != "proof":
+                a = ANCHOR.match(lines[i + 1]) if i + 1 < len(lines) else None
+                yield doc, m.group(1), line, a.group(1) if a else None
+
+
+def test_theorem_blocks_have_unique_stable_anchors():
+    seen = {}
+    prefix = {"definition": "def-", "theorem": "thm-", "lemma": "lem-", "corollary": "cor-"}
+    for doc, kind, line, anchor in _blocks():
+        assert anchor, f"{doc.path}: '{line}' has no attrs id"
+        assert anchor.startswith(prefix[kind]), (doc.path, anchor)
+        assert anchor not in seen, f"anchor {anchor} in {doc.path} and {seen[anchor]}"
+        seen[anchor] = doc.path
+    assert seen
+
+
+def test_every_citation_resolves():
+    refs = yaml.safe_load((ROOT / "scripts/references.yml").read_text(encoding="utf-8"))
+    pages = [*book.DOCS.glob("**/*.md")]
+    for p in pages:
+        for group in CITE.findall(p.read_text(encoding="utf-8")):
+            for key in group.split(";"):
+                assert key.strip().lstrip("@") in refs, f"{p}: unknown [@{key}]"
+
+
+def test_references_have_links_and_metadata():
+    refs = yaml.safe_load((ROOT / "scripts/references.yml").read_text(encoding="utf-8"))
+    seed_papers = ["patarasuk2009", "thakur2005", "rajbhandari2020zero", "shoeybi2019", "huang2019gpipe",
+                   "narayanan2019pipedream", "li2021chimera", "narayanan2021megatron", "korthikanti2022",
+                   "zhao2023fsdp", "ren2021offload", "rajbhandari2021infinity", "goyal2017", "mccandlish2018",
+                   "li2014ps", "lepikhin2021gshard", "fedus2022switch", "chen2016", "niu2011hogwild"]
+    for key in seed_papers:
+        assert key in refs
+    for key, r in refs.items():
+        assert r["authors"] and r["year"] and r["title"] and r["venue"], key
+        assert r.get("arxiv") or r.get("doi") or r.get("url"), key
+
+
+def test_labs_are_jupytext_percent_files():
+    for ch in book.CHAPTERS:
+        lab = book.DOCS / ch.lab_path
+        if lab.exists():
+            text = lab.read_text(encoding="utf-8")
+            assert "# %%" in text and "# %% [markdown]" in text, lab
+
+
+def test_doccheck_of_shared_tools_passes():
+    """The project's template checker (../shared/tools/doccheck.py) agrees, where it is present."""
+    tool = ROOT.parent / "shared" / "tools" / "doccheck.py"
+    if not tool.exists():
+        pytest.skip("../shared/tools/doccheck.py not present in this checkout")
+    import subprocess, sys
+    proc = subprocess.run([sys.executable, str(tool), "docs", "--strict"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-2000:]
