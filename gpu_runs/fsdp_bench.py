@@ -21,6 +21,7 @@ the root. For each configuration it records, on every rank:
 """
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
@@ -34,6 +35,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpu_runs import harness  # noqa: E402
 from gpu_runs.comm_counter import CommCounter  # noqa: E402
+from snippets.ch5_zero_sharding.d05_fsdp import LLAMA7B_LIKE, large_model_rows  # noqa: E402
 
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # noqa: E402
 from torch.distributed.tensor import DTensor  # noqa: E402
@@ -41,9 +43,13 @@ from torch.distributed.tensor import DTensor  # noqa: E402
 PROGRAM = "fsdp_bench"
 PRESETS = {
     # d: width; layers: blocks; batch: rows per rank; iters/warmup: timed steps
-    "tiny": {"d": 32, "layers": 2, "batch": 4, "warmup": 1, "iters": 2},
-    "full": {"d": 250, "layers": 4, "batch": 32, "warmup": 3, "iters": 40},
-    "gpu": {"d": 1024, "layers": 8, "batch": 64, "warmup": 5, "iters": 50},
+    # large: a model sharded in ONE process on a fake world of each size (meta device, fake PG)
+    "tiny": {"d": 32, "layers": 2, "batch": 4, "warmup": 1, "iters": 2,
+             "large": {"cfg": {"d": 64, "layers": 2, "ff": 172, "vocab": 1000}, "ns": [2, 3]}},
+    "full": {"d": 250, "layers": 4, "batch": 32, "warmup": 3, "iters": 40,
+             "large": {"cfg": LLAMA7B_LIKE, "ns": [8, 16, 32, 48, 64]}},
+    "gpu": {"d": 1024, "layers": 8, "batch": 64, "warmup": 5, "iters": 50,
+            "large": {"cfg": LLAMA7B_LIKE, "ns": [8, 16, 32, 48, 64]}},
 }
 # (name, reshard_after_forward for blocks and root, param_dtype of MixedPrecisionPolicy)
 CONFIGS = [
@@ -196,6 +202,7 @@ def one_config(cfg: dict, env: harness.Env, name: str, reshard: bool | None, par
         t = torch.tensor(times, dtype=torch.float64, device=env.device if env.backend == "nccl" else "cpu")
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         rec["step_ms_median"] = statistics.median(t.cpu().tolist()) * 1e3
+        rec["step_ms_min"] = min(t.cpu().tolist()) * 1e3
         rec["timed_iters"] = len(times)
     return rec
 
@@ -236,8 +243,12 @@ def main(argv=None) -> int:
     parser.add_argument("--no-timing", action="store_true",
                         help="skip the timed steps (counts only; use when processes > cores)")
     args = parser.parse_args(argv)
-    env = harness.init(min_world_size=2)
     cfg = PRESETS[args.preset]
+    large = None
+    if os.environ.get("RANK") == "0" and "WORLD_SIZE" in os.environ:
+        # before joining the real group: rank 0 alone plays rank 0 and rank N−1 of fake worlds
+        large = large_model_rows(cfg["large"]["ns"], cfg["large"]["cfg"])
+    env = harness.init(min_world_size=2)
     n = env.world_size
     timing = not args.no_timing
     probe = build(cfg, True, None)
@@ -260,6 +271,7 @@ def main(argv=None) -> int:
         "per_rank_bytes": [sum(v) * shards[0]["element_size"] for v in every],
         "configs": configs,
         "prefetch": orders,
+        "large_fake_world": {"cfg": cfg["large"]["cfg"], "rows": large},
     }
     if env.is_main:
         for c in configs:

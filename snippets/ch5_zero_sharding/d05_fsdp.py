@@ -1,0 +1,235 @@
+"""Ch5-05 FSDP — PyTorch Fully Sharded Data Parallel: the code the page runs and the tests import.
+
+FSDP2 (torch.distributed.fsdp.fully_shard, torch 2.13) facts used here, read from
+torch/distributed/fsdp/_fully_shard/:
+  * a parameter becomes a DTensor with placement Shard(0): torch.chunk along dim 0 into N
+    pieces of ceil(R/N) rows (the last ranks get fewer or none); each rank stores its piece
+    zero-padded to ceil(R/N) rows (_fsdp_param.py, _fsdp_common._chunk_with_empty);
+  * one fully_shard call = one parameter group = one all-gather in forward, one more in
+    backward if the group was resharded after forward, one reduce-scatter of its gradients
+    (_fsdp_param_group.py, _fsdp_collectives.foreach_all_gather / foreach_reduce), issued
+    through dist.all_gather_single / dist.reduce_scatter_single.
+Memory formulas come from snippets.common.zero_memory (never re-defined here).
+"""
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+
+from snippets import results
+from snippets.common import zero_memory as zm
+
+AG, RS = "all_gather_single", "reduce_scatter_single"
+
+
+# --8<-- [start:shard]
+def dim0_shard_rows(rows: int, n: int) -> list[int]:
+    """Rows of a parameter's dim-0 shard on ranks 0..n-1, as FSDP2 cuts it (torch.chunk)."""
+    c = math.ceil(rows / n)  # every rank *stores* c rows (zero-padded), rank 0 always has c real rows
+    return [max(0, min(c, rows - r * c)) for r in range(n)]
+
+
+def predicted_local_numel(params: list[dict], n: int) -> list[int]:
+    """Real (unpadded) local elements per rank for parameters given as {'shape': [...]}."""
+    out = [0] * n
+    for p in params:
+        row = math.prod(p["shape"][1:])
+        for r, k in enumerate(dim0_shard_rows(p["shape"][0], n)):
+            out[r] += k * row
+    return out
+
+
+def padded_numel(params: list[dict], n: int) -> int:
+    """Elements of the padded unsharded buffer: n · ceil(R/n) · row, summed over parameters."""
+    return sum(n * math.ceil(p["shape"][0] / n) * math.prod(p["shape"][1:]) for p in params)
+# --8<-- [end:shard]
+
+
+# --8<-- [start:comm]
+def group_of(name: str) -> str:
+    """fully_shard(block) for every block, then fully_shard(root): the root owns the rest."""
+    parts = name.split(".")
+    return f"blocks.{parts[1]}" if parts[0] == "blocks" else "root"
+
+
+def predict_step_comm(params: list[dict], n: int, reshard, param_bytes: int = 4, reduce_bytes: int = 4):
+    """Calls and bytes (nccl-tests size S) of one FSDP2 step, per phase (Theorem 5.5.4).
+
+    reshard: True (every group re-gathers in backward), False (none does), None (the default:
+    blocks do, the root does not). Bytes are the padded unsharded buffer of each group.
+    """
+    groups: dict[str, list[dict]] = {}
+    for p in params:
+        groups.setdefault(group_of(p["name"]), []).append(p)
+    sizes = {g: padded_numel(ps, n) for g, ps in groups.items()}
+    regather = [g for g in groups if reshard is True or (reshard is None and g != "root")]
+    total = sum(sizes.values())
+    return {
+        "forward": {AG: {"calls": len(groups), "bytes": total * param_bytes}},
+        "backward": {AG: {"calls": len(regather), "bytes": sum(sizes[g] for g in regather) * param_bytes},
+                     RS: {"calls": len(groups), "bytes": total * reduce_bytes}},
+    }
+
+
+def measured_phase(rec: dict, phase: str, op: str) -> dict:
+    return rec["comm"][phase].get(op, {"calls": 0, "bytes": 0})
+# --8<-- [end:comm]
+
+
+# ------------------------------------------------------------------ committed results
+
+def runs():
+    """The committed CPU results of gpu_runs/fsdp_bench.py, by world size."""
+    return {r.hardware["world_size"]: r for r in results.load("fsdp_bench", kind="cpu")}
+
+
+def shard_rows_table(run) -> list[list]:
+    m, n = run.measurements, run.hardware["world_size"]
+    rows = []
+    for p, got in zip(m["params"], zip(*m["per_rank_param_local_numel"])):
+        row = math.prod(p["shape"][1:])
+        pred = [k * row for k in dim0_shard_rows(p["shape"][0], n)]
+        rows.append([f"`{p['name']}`", "×".join(map(str, p["shape"])), p["placement"],
+                     " / ".join(map(str, got)), " / ".join(map(str, pred)), p["padded_rows"] * row])
+    return rows
+
+
+def comm_rows(run) -> list[list]:
+    """Measured vs predicted (Theorem 5.5.4) for every configuration of one run."""
+    m, n = run.measurements, run.hardware["world_size"]
+    out = []
+    for rec in m["configs"]:
+        pb = 2 if rec["param_dtype"] == "bfloat16" else 4
+        pred = predict_step_comm(m["params"], n, rec["reshard_after_forward"], pb, 4)
+        cells = []
+        for phase, op in (("forward", AG), ("backward", AG), ("backward", RS)):
+            got, want = measured_phase(rec, phase, op), pred[phase][op]
+            cells.append(f"{got['calls']} ({want['calls']}) · {got['bytes']:,} ({want['bytes']:,})")
+        out.append([n, f"`{rec['name']}`", rec["param_dtype"], *cells,
+                    f"{rec['held_after_forward_bytes']:,}", f"{rec['max_abs_diff_vs_reference']:.1e}"])
+    return out
+
+
+def volume_ratio(run, name: str) -> float:
+    """(all-gather + reduce-scatter bytes of one step) / (ψ · 4 B): ZeRO's 3ψ vs 2ψ in ψ units."""
+    m = run.measurements
+    rec = next(c for c in m["configs"] if c["name"] == name)
+    total = sum(v["bytes"] for ph in ("forward", "backward") for op, v in rec["comm"][ph].items() if op in (AG, RS))
+    return total / (m["psi"] * 4)
+
+
+def order_rows(run) -> list[list]:
+    return [[f"`{o['name']}`", o["depth"] or "— (implicit)", " ".join(o["forward"]), " ".join(o["backward"])]
+            for o in run.measurements["prefetch"]]
+
+
+def blocks_ahead(order: list[str]) -> int:
+    """Prefetch depth seen in a forward order: max over k of (blocks gathered before F_k) − (k + 1).
+
+    The first all-gather is the root's; F_k marks block k starting to compute.
+    """
+    depth = 0
+    for i, event in enumerate(order):
+        if event.startswith("F"):
+            k = int(event[1:])
+            depth = max(depth, order[:i].count("AG") - 1 - (k + 1))
+    return depth
+
+
+# ------------------------------------------------------------------ large model, one process
+
+# --8<-- [start:fake]
+LLAMA7B_LIKE = {"d": 4096, "layers": 32, "ff": 11008, "vocab": 32000}
+
+
+def llama_like_meta(d: int, layers: int, ff: int, vocab: int):
+    """A LLaMA-7B-shaped stack of bias-free Linear layers (norms left out) on the meta device."""
+    import torch
+    import torch.nn as nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv, self.o = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d, bias=False)
+            self.gate, self.up = nn.Linear(d, ff, bias=False), nn.Linear(d, ff, bias=False)
+            self.down = nn.Linear(ff, d, bias=False)
+
+        def forward(self, x):
+            return x
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(vocab, d)
+            self.blocks = nn.ModuleList(Block() for _ in range(layers))
+            self.head = nn.Linear(d, vocab, bias=False)
+
+    with torch.device("meta"):  # no storage: 7B parameters cost nothing here
+        return Model()
+
+
+@contextmanager
+def fake_world(n: int, rank: int = 0):
+    """One process that *believes* it is rank `rank` of `n` (torch's fake process group)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        raise RuntimeError("a process group is already initialised in this process")
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=n)
+    try:
+        yield init_device_mesh("cpu", (n,))
+    finally:
+        dist.destroy_process_group()
+
+
+def fsdp2_local_numel(n: int, rank: int = 0, cfg: dict = LLAMA7B_LIKE) -> dict:
+    """fully_shard every block and the root on a world of n; read this rank's DTensor shards."""
+    from torch.distributed.fsdp import fully_shard
+
+    with fake_world(n, rank) as mesh:
+        model = llama_like_meta(**cfg)
+        for block in model.blocks:
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        params = list(model.parameters())
+        return {"psi": sum(p.numel() for p in params),
+                "local": sum(p.to_local().numel() for p in params),
+                "block_psi": sum(p.numel() for p in model.blocks[0].parameters()),
+                "root_psi": sum(p.numel() for k, p in model.named_parameters() if not k.startswith("blocks.")),
+                "placements": sorted({str(p.placements) for p in params}),
+                "rows": [p.shape[0] for p in params]}
+# --8<-- [end:fake]
+
+
+# --8<-- [start:memory]
+FSDP2_BYTES_PER_LOCAL_ELEMENT = {"fp32 sharded param (= master)": 4, "fp32 sharded grad": 4, "Adam m, v (fp32)": 8}
+
+
+def fsdp2_persistent_bytes(local_numel: int) -> int:
+    """Per-rank persistent bytes with MixedPrecisionPolicy(bf16, fp32 reduce) and Adam (Thm 5.5.5)."""
+    return sum(FSDP2_BYTES_PER_LOCAL_ELEMENT.values()) * local_numel
+
+
+def large_model_rows(ns=(8, 16, 32, 48, 64), cfg: dict = LLAMA7B_LIKE) -> list[dict]:
+    rows = []
+    for n in ns:
+        first, last = fsdp2_local_numel(n, 0, cfg), fsdp2_local_numel(n, n - 1, cfg)
+        psi = first["psi"]
+        rows.append({"N": n, "psi": psi, "local_rank0": first["local"], "local_last": last["local"],
+                     "fsdp2_bytes": fsdp2_persistent_bytes(first["local"]),
+                     "zero3_bytes": zm.zero_memory_bytes(psi, n, 3),
+                     "block_psi": first["block_psi"], "root_psi": first["root_psi"]})
+    return rows
+# --8<-- [end:memory]
+
+
+# ------------------------------------------------------------------ DeepSpeed ZeRO-3 comparison
+
+def zero_bench_runs():
+    """Results of gpu_runs/zero_bench.py (another page's program), or [] if none is committed."""
+    try:
+        return results.load("zero_bench", kind="cpu")
+    except results.ResultsError:
+        return []
