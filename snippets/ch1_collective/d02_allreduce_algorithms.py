@@ -504,13 +504,28 @@ def fastest(ns, sizes, alpha: float, beta: float) -> list[list[str]]:
                        for k in names])
         table.append([names[i] for i in t.argmin(axis=0)])
     return table
+
+
+def ring_or_tree(ns, sizes, alpha: float, beta: float) -> list[list[str]]:
+    """Only NCCL's two: ring against the (idealised) double binary tree model."""
+    sizes = np.asarray(sizes, float)
+    return [["ring" if r < t else "tree" for r, t in zip(ab.ring_allreduce_time(n, sizes, alpha, beta),
+                                                       ab.double_binary_tree_time(n, sizes, alpha, beta))]
+            for n in ns]
+
+
+def ring_tree_crossover(n: int, alpha: float, beta: float) -> float:
+    """S* above which ring beats the tree model: N(N − 1 − ⌈log₂N⌉)·α/β."""
+    return float(ab.crossover_bytes(n, alpha, beta, ab.double_binary_tree_time, ab.ring_allreduce_time))
 # --8<-- [end:tradeoff]
 
 
 def tradeoff_figure(ns=(8, 64, 1024), alpha: float = ALPHA_EXAMPLE, beta: float = BETA_EXAMPLE) -> str:
+    from matplotlib.ticker import FuncFormatter
+
     from snippets.common import figures
 
-    sizes = np.logspace(2, 10, 120)
+    sizes = np.logspace(2, 10, 60)
     fig, axes = figures.new(11, 3.8, ncols=len(ns), sharey=True)
     styles = ["-", "--", "-.", ":", "-", "--"]
     for ax, n in zip(axes, ns):
@@ -518,6 +533,9 @@ def tradeoff_figure(ns=(8, 64, 1024), alpha: float = ALPHA_EXAMPLE, beta: float 
             ax.loglog(sizes, np.broadcast_to(fn(n, sizes, alpha, beta), sizes.shape) * 1e6, ls, label=name, lw=1.4)
         ax.set_title(f"N = {n}")
         ax.set_xlabel("S (bytes)")
+        ax.set_xticks([1e2, 1e4, 1e6, 1e8, 1e10], ["100 B", "10 KB", "1 MB", "100 MB", "10 GB"])
+        ax.minorticks_off()  # log-axis minor ticks and mathtext labels dominate the drawing time
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     axes[0].set_ylabel("α-β 예측 시간 (µs)")
     axes[-1].legend(fontsize=7, loc="upper left")
     fig.suptitle(f"가정: α = {alpha * 1e6:g} µs, 1/β = {1 / beta / 1e9:g} GB/s (측정값 아님)", fontsize=9)

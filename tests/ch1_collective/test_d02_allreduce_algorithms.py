@@ -52,6 +52,12 @@ def test_double_binary_tree_bytes_and_model_is_a_lower_envelope():
             assert ab.double_binary_tree_time(n, s, alpha, beta) <= sim_t + 1e-12
 
 
+def test_dbt_without_pipelining_is_the_binary_tree_step_count():
+    """Experiment 3: M = 1 takes 4 log₂N − 2 steps, like the unpipelined binary tree."""
+    for r in page.dbt_sweep(segments=(1,)):
+        assert r["steps"] == float(ab.binary_tree_time(r["N"], 0.0, 1.0, 0.0))
+
+
 def test_dbt_pipelining_approaches_model_but_stays_above():
     rows = page.dbt_time_vs_segments(64, 2 ** 26, [1, 2, 4, 8, 16, 32], page.ALPHA_EXAMPLE, page.BETA_EXAMPLE)
     times = [r["time"] for r in rows]
@@ -116,6 +122,13 @@ def test_tradeoff_table_regimes():
     table = page.fastest([8, 64, 1024], sizes, page.ALPHA_EXAMPLE, page.BETA_EXAMPLE)
     for row in table:
         assert row[0] == "recursive doubling" and row[-1] == "Rabenseifner"
+    ns, sizes = [4, 8, 64, 256, 1024], [1 << e for e in (10, 16, 20, 24, 28, 30)]
+    names = {k for row in page.fastest(ns, sizes, page.ALPHA_EXAMPLE, page.BETA_EXAMPLE) for k in row}
+    assert not names & {"naive (reduce+bcast)", "binary tree"}
+    # ring against the tree model: S* = N(N − 1 − log₂N)·α/β
+    for n in ns:
+        want = n * (n - 1 - np.log2(n)) * page.ALPHA_EXAMPLE / page.BETA_EXAMPLE
+        assert page.ring_tree_crossover(n, page.ALPHA_EXAMPLE, page.BETA_EXAMPLE) == pytest.approx(want, rel=1e-4)
 
 
 def test_exercise1_crossover():
