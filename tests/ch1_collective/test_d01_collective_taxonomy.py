@@ -1,0 +1,214 @@
+"""Ch1-01 Collective Operation 의 분류: each test asserts a claim the page makes."""
+import time
+
+import numpy as np
+import pytest
+
+from snippets import results
+from snippets.ch1_collective import d01_collective_taxonomy as page
+from snippets.common.alphabeta import BUSBW_FACTOR
+
+
+def _rand(n, c, seed=0):
+    return list(np.random.default_rng(seed).integers(-99, 99, size=(n, n * c)))
+
+
+# ---------------------------------------------------------------- experiment 1: the reference
+
+@pytest.mark.parametrize("n,c", [(2, 1), (3, 2), (4, 2), (5, 3), (8, 1)])
+def test_reference_shapes_definitions(n, c):
+    """Definitions 1.1.2–1.1.9: input and output sizes on the root and on the other ranks."""
+    for root in range(n):
+        other = (root + 1) % n
+        rows = {name: page.shape_row(name, n, c, root) for name in page.COLLECTIVES}
+        full, blk = str(n * c), str(c)
+        assert rows["broadcast"] == {"collective": "broadcast", "in_root": full, "in_other": full,
+                                     "out_root": full, "out_other": full}
+        assert (rows["scatter"]["in_root"], rows["scatter"]["in_other"], rows["scatter"]["out_other"]) == (full, "—", blk)
+        assert (rows["gather"]["in_other"], rows["gather"]["out_root"], rows["gather"]["out_other"]) == (blk, full, "—")
+        assert (rows["all_gather"]["in_other"], rows["all_gather"]["out_other"]) == (blk, full)
+        assert (rows["reduce"]["out_root"], rows["reduce"]["out_other"]) == (full, "—")
+        assert (rows["reduce_scatter"]["in_other"], rows["reduce_scatter"]["out_other"]) == (full, blk)
+        assert (rows["all_reduce"]["in_other"], rows["all_reduce"]["out_other"]) == (full, full)
+        assert (rows["all_to_all"]["in_other"], rows["all_to_all"]["out_other"]) == (full, full)
+        assert other != root or n == 1
+
+
+@pytest.mark.parametrize("n,c", [(2, 1), (4, 2), (7, 3)])
+def test_reference_values(n, c):
+    x = _rand(n, c)
+    total = np.sum(x, axis=0)
+    root = n - 1
+    assert all(np.array_equal(y, x[root]) for y in page.broadcast(x, root))
+    assert all(np.array_equal(y, x[root][r * c:(r + 1) * c]) for r, y in enumerate(page.scatter(x, root)))
+    blocks = [xi[:c] for xi in x]
+    g = page.gather(blocks, root)
+    assert np.array_equal(g[root], np.concatenate(blocks)) and all(g[r] is None for r in range(n) if r != root)
+    assert all(np.array_equal(y, np.concatenate(blocks)) for y in page.all_gather(blocks))
+    red = page.reduce(x, root)
+    assert np.array_equal(red[root], total) and sum(v is None for v in red) == n - 1
+    assert all(np.array_equal(y, total[r * c:(r + 1) * c]) for r, y in enumerate(page.reduce_scatter(x)))
+    assert all(np.array_equal(y, total) for y in page.all_reduce(x))
+    a2a = page.all_to_all(x)
+    for i in range(n):
+        for j in range(n):  # block j of rank i's input is block i of rank j's output
+            assert np.array_equal(a2a[j][i * c:(i + 1) * c], x[i][j * c:(j + 1) * c])
+
+
+def test_all_reduce_is_a_sum_not_a_mean():
+    """ERRATA row 1, as the page states it: the mean is the caller's division by N."""
+    x = [np.full(4, float(r + 1)) for r in range(4)]
+    y = page.all_reduce(x)[0]
+    assert np.allclose(y, 10.0)
+    assert not np.allclose(y, 2.5) and np.allclose(y / 4, 2.5)
+
+
+def test_all_to_all_is_an_involution():
+    """All-to-all applied twice returns the input (the block transpose is its own inverse)."""
+    x = _rand(5, 3, seed=3)
+    assert all(np.array_equal(a, b) for a, b in zip(page.all_to_all(page.all_to_all(x)), x))
+
+
+# ---------------------------------------------------------------- experiment 3: the theorems
+
+@pytest.mark.parametrize("n,c", [(2, 1), (3, 4), (4, 2), (8, 3), (16, 1)])
+def test_theorem_allreduce_is_rs_then_ag(n, c):
+    assert page.check_decomposition(n, c)
+
+
+@pytest.mark.parametrize("n,c,seed", [(2, 1, 0), (4, 2, 1), (5, 3, 2), (8, 2, 3)])
+def test_adjoint_duality(n, c, seed):
+    """Theorem 1.1.12: ⟨AG(b), x⟩ = ⟨b, RS(x)⟩ (exact, integers)."""
+    lhs, rhs = page.adjoint_gap(n, c, seed)
+    assert lhs == rhs
+
+
+@pytest.mark.parametrize("n,c", [(2, 1), (4, 2), (6, 3)])
+def test_all_gather_backward_is_reduce_scatter(n, c):
+    """Corollary 1.1.13: the gradient through an all-gather is the reduce-scatter of the upstream gradient."""
+    grad, rs = page.ag_backward_by_differences(n, c, seed=n)
+    assert np.array_equal(grad, rs)
+
+
+def test_ring_halves_move_n_minus_1_over_n_each():
+    """Corollary: each ring half sends (N−1)/N·S per rank; together 2(N−1)/N·S (thm-ring-traffic)."""
+    t0 = time.perf_counter()
+    rows = page.ring_traffic()
+    assert time.perf_counter() - t0 < 1.0
+    for r in rows:
+        assert r["correct"]
+        assert r["rs_max"] == r["rs_min"] == r["ag_max"] == r["ag_min"] == r["half"]
+        assert r["rs_max"] + r["ag_max"] == r["ring_allreduce"]
+        assert r["half"] == pytest.approx(BUSBW_FACTOR["reduce_scatter"](r["N"]) * r["S"])
+
+
+def test_ring_schedules_have_the_stated_owner():
+    """Ring RS leaves block r on rank r; ring AG of those blocks restores the full sum everywhere."""
+    x = np.arange(5 * 10).reshape(5, 10)
+    shards, _ = page.ring_reduce_scatter(x)
+    assert all(np.array_equal(shards[r], page.reduce_scatter(list(x))[r]) for r in range(5))
+    full, _ = page.ring_all_gather(shards)
+    assert np.array_equal(full, np.broadcast_to(x.sum(0), full.shape))
+
+
+# ---------------------------------------------------------------- experiment 2: the real run
+
+def _saved():
+    runs = results.load("collectives_semantics", kind="cpu")
+    return next(r for r in runs if r.hardware["world_size"] == 4)
+
+
+def test_saved_run_matches_reference_for_every_api():
+    r = _saved()
+    assert not r.stale
+    rows = page.check_against_reference(r)
+    assert {row["collective"] for row in rows} == set(page.COLLECTIVES) | {"rs_then_ag", "all_reduce_avg"}
+    assert all(row["match"] for row in rows), [row for row in rows if not row["match"]]
+    assert r.hardware["backend"] == "gloo" and r.hardware["world_size"] == 4
+
+
+def test_saved_run_inputs_are_the_documented_inputs():
+    """The page's tables show these inputs: 100·(r+1) + arange(...)."""
+    r = _saved()
+    m = r.measurements
+    n, c, root = m["world_size"], m["block"], m["root"]
+    for call in m["calls"]:
+        if call["collective"] in page.COLLECTIVES:
+            want = page.make_inputs(call["collective"], n, c, root)
+            got = [rr["input"] for rr in call["ranks"]]
+            for g, w in zip(got, want):
+                if call["collective"] == "broadcast" or w is not None:
+                    assert np.array_equal(g, w)
+
+
+def test_saved_run_theorem_and_deprecations():
+    """Experiment 3 on the real run; torch 2.13 warns on the *_tensor names the page mentions."""
+    r = _saved()
+    by_api = {c["api"]: c for c in page.calls(r)}
+    ar = [x["output"] for x in by_api["all_reduce"]["ranks"]]
+    comp = next(c for c in page.calls(r) if c["collective"] == "rs_then_ag")
+    assert [x["output"] for x in comp["ranks"]] == ar
+    rs = [x["output"] for x in by_api["reduce_scatter"]["ranks"]]
+    assert [x["shard"] for x in comp["ranks"]] == rs
+    if r.data["versions"]["torch"].startswith("2.13"):
+        assert "all_gather_single" in (by_api["all_gather_into_tensor"]["ranks"][0]["warning"] or "")
+        assert "reduce_scatter_single" in (by_api["reduce_scatter_tensor"]["ranks"][0]["warning"] or "")
+
+
+def test_saved_run_sum_is_default_and_avg_is_the_mean():
+    """ERRATA row 1 on the real run: all_reduce's default is SUM; ReduceOp.AVG (where the backend
+    offers it; gloo in torch 2.13 did here) is that sum divided by N."""
+    r = _saved()
+    by_api = {c["api"]: c for c in page.calls(r)}
+    n = r.measurements["world_size"]
+    total = np.sum([x["input"] for x in by_api["all_reduce"]["ranks"]], axis=0)
+    assert all(np.array_equal(x["output"], total) for x in by_api["all_reduce"]["ranks"])
+    avg = by_api["all_reduce(op=ReduceOp.AVG)"]["ranks"]
+    if not any(x["error"] for x in avg):
+        assert all(np.allclose(x["output"], total / n) for x in avg)
+
+
+def test_saved_reduce_leaves_non_root_buffers_modified():
+    """The page's ⚖️ note: after gloo's reduce a non-root buffer is neither its input nor the sum,
+    but holds the complete sum of its own block (observed in this run)."""
+    rows = page.reduce_scratch(_saved())
+    assert len(rows) == 3
+    assert all(not x["equals_input"] and not x["equals_total"] for x in rows)
+    assert all(x["own_block_is_total"] for x in rows)
+
+
+@pytest.mark.dist
+def test_tiny_launch_matches_reference(run_tiny):
+    """The tiny preset (2 processes, root 1) for real: every API equals the NumPy reference."""
+    data, took = run_tiny("collectives_semantics", nproc=2)
+    assert took < 30
+    results.validate(data)
+    assert data["hardware"]["world_size"] == 2 and data["measurements"]["root"] == 1
+    rows = page.check_against_reference(data)
+    assert {row["collective"] for row in rows} == set(page.COLLECTIVES) | {"rs_then_ag", "all_reduce_avg"}
+    assert all(row["match"] for row in rows)
+
+
+# ---------------------------------------------------------------- experiment 4: where they are used
+
+@pytest.mark.parametrize("psi,n", [(7e9, 8), (70e9, 64), (1e6, 2)])
+def test_usage_bytes_agree_with_zero_paper(psi, n):
+    """ZeRO-2 moves the same bytes as DP, ZeRO-3 1.5×; both equal zero_comm_volume·(N−1)/N·2 B."""
+    ours, paper = page.zero_step_bytes(psi, n), page.zero_paper_bytes(psi, n)
+    for k in ours:
+        assert ours[k] == pytest.approx(paper[k])
+    assert ours["ZeRO-2 (RS + AG)"] == pytest.approx(ours["DP (all_reduce)"])
+    assert ours["ZeRO-3 (2·AG + RS)"] == pytest.approx(1.5 * ours["DP (all_reduce)"])
+
+
+@pytest.mark.parametrize("psi,n", [(8000, 8), (4 * 999, 4), (64 * 10, 64)])
+def test_usage_simulated_equals_formula(psi, n):
+    """Experiment 4: ring simulators on real arrays send exactly the bytes usage_bytes predicts."""
+    sim, formula = page.usage_simulated(psi, n), page.zero_step_bytes(psi, n)
+    assert sim == {k: pytest.approx(v) for k, v in formula.items()}
+
+
+def test_usage_all_reduce_equals_rs_plus_ag():
+    rows = {r["use"]: r for r in page.usage_bytes(7e9, 8)}
+    assert rows["DDP backward"]["sent_per_rank"] == pytest.approx(
+        rows["ZeRO-2 backward"]["sent_per_rank"] + rows["ZeRO-2 step 뒤"]["sent_per_rank"])
