@@ -189,7 +189,7 @@ def ring_loads(g: nx.DiGraph, rings: list[list[str]]) -> Counter:
 
 
 def ring_bottleneck(g: nx.DiGraph, rings: list[list[str]]) -> dict:
-    """Bus bandwidth of k rings that each carry S/k: B = min_e k·c(e)/ℓ(e) (Theorem 1.4.3)."""
+    """Bus bandwidth of k rings that each carry S/k: B = min_e k·c(e)/ℓ(e) (Theorem 1.4.5)."""
     k = len(rings)
     load = ring_loads(g, rings)
     ratio = {e: k * g.edges[e]["cap"] / l for e, l in load.items()}
@@ -439,8 +439,8 @@ def selection_figure(node_counts, bus_single: float, bus_multi: float, ppn: int 
 def human_bytes(s: float) -> str:
     for unit, k in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if s >= 1 << k:
-            return f"{s / (1 << k):g} {unit}"
-    return f"{s:g} B"
+            return f"{s / (1 << k):.3g} {unit}"
+    return f"{s:.3g} B"
 
 
 # --8<-- [start:busbw]
@@ -459,7 +459,7 @@ def bandwidth_rows(result, op: str) -> list[dict]:
 
 
 def ring_busbw_model(n: int, s, alpha: float, beta: float):
-    """busbw of a ring AllReduce in the α-β model: factor·S/T = 1/(β + Nα/S) (Theorem 1.4.7)."""
+    """busbw of a ring AllReduce in the α-β model: factor·S/T = 1/(β + Nα/S) (Theorem 1.4.8)."""
     s = np.asarray(s, dtype=float)
     return ab.BUSBW_FACTOR["all_reduce"](n) * s / ab.ring_allreduce_time(n, s, alpha, beta)
 
@@ -504,9 +504,9 @@ LOG_FORMATS = [
     ("INIT", "src/graph/rings.cc", "Channel %02d/%02d : <rank> <rank> …"),
     ("GRAPH", "src/init.cc", "Ring %02d : %d -> %d -> %d"),
     ("INIT", "src/init.cc", "Trees [%d] %d/%d/%d->%d->%d …"),
-    ("INIT|P2P", "src/transport/p2p.cc", "Channel %02d/%01d : %d[%d] -> %d[%d] via P2P/%s"),
-    ("INIT|NET", "src/transport/net.cc", "Channel %02d/%d : %d[%d] -> %d[%d] [send] via NET/%s/%d"),
-    ("TUNING", "src/graph/tuning.cc", "%13s |%8.1f/%6.1f | … (latency µs / bandwidth GB/s per algo×proto)"),
+    ("INIT, P2P", "src/transport/p2p.cc", "Channel %02d/%01d : %d[%d] -> %d[%d] via P2P/%s"),
+    ("INIT, NET", "src/transport/net.cc", "Channel %02d/%d : %d[%d] -> %d[%d] [send] via NET/%s/%d"),
+    ("TUNING", "src/graph/tuning.cc", "<함수 이름> 뒤에 algo×proto 칸마다 %8.1f/%6.1f (latency µs / bandwidth GB/s)"),
     ("TUNING", "src/enqueue.cc", "%s: %ld Bytes -> Algo %s proto %s channel{Lo..Hi}={%d..%d}"),
 ]
 PATTERNS = {1: "BALANCED_TREE", 2: "SPLIT_TREE", 3: "TREE", 4: "RING", 5: "NVLS", 6: "COLLNET_DIRECT"}  # graph.h
