@@ -229,8 +229,29 @@ TOC_MATH = re.compile(r"\\\((.*?)\\\)", re.S)
 ELLIPSIS = re.compile(r'(<span class="md-ellipsis">)(.*?)(</span>)', re.S)
 
 
+NB_MARKDOWN = re.compile(r'(<div class="jp-RenderedHTMLCommon jp-RenderedMarkdown[^"]*"[^>]*>)(.*?)(</div>)', re.S)
+NB_MATH = re.compile(r"\$\$(.+?)\$\$|\$([^$<>\n]+?)\$", re.S)
+
+
+def _notebook_math(output: str) -> str:
+    """Chapter labs (mkdocs-jupyter): turn $…$ / $$…$$ in markdown cells into arithmatex spans,
+    and drop the empty MathJax <script src=""> of the notebook template (the site loads no MathJax)."""
+    output = output.replace('<script src=""> </script>', "")
+
+    def cell(m):
+        def one(t):
+            if t.group(1) is not None:
+                return f'<div class="arithmatex">\\[{t.group(1)}\\]</div>'
+            return f'<span class="arithmatex">\\({t.group(2)}\\)</span>'
+        return m.group(1) + NB_MATH.sub(one, m.group(2)) + m.group(3)
+
+    return NB_MARKDOWN.sub(cell, output)
+
+
 def on_post_page(output, page, config, **kwargs):
     """Replace every arithmatex span (and TeX left in TOC entries) with KaTeX HTML."""
+    if page.file.src_uri.endswith(".py"):
+        output = _notebook_math(output)
     if MATH_RENDER != "build":
         return output
     found = list(MATH.finditer(output))
