@@ -322,3 +322,58 @@ def zero_paper_bytes(psi: float, n: int, elem: int = 2) -> dict[str, float]:
     return {"DP (all_reduce)": zero_comm_volume(psi, 0) * f, "ZeRO-2 (RS + AG)": zero_comm_volume(psi, 2) * f,
             "ZeRO-3 (2·AG + RS)": zero_comm_volume(psi, 3) * f}
 # --8<-- [end:usage]
+
+
+# ---------------------------------------------------------------- the picture of §📖 (inline HTML)
+
+def _decode(v: int, n: int) -> tuple[list[int], int]:
+    """Inputs are 2**r + 64·j (rank r, block j, c = 1): a sum over ranks R of block j is
+    Σ 2**r + 64·j·|R|. Returns (R, j)."""
+    mask = int(v) % 64
+    ranks = [r for r in range(n) if mask >> r & 1]
+    return ranks, int(v) // 64 // len(ranks)
+
+
+def figure_cells(collective: str, n: int = 4):
+    """(inputs, outputs) of one collective on encoded values, as grids of (ranks, block) or None."""
+    full = [np.array([2 ** r + 64 * j for j in range(n)]) for r in range(n)]
+    if collective in BLOCK_INPUT:
+        xs = [np.array([2 ** r + 64 * r]) for r in range(n)]  # rank r's block is "its" block r
+    elif collective == "scatter":
+        xs = [full[0]] + [None] * (n - 1)
+    else:
+        xs = full
+    ys = REFERENCE[collective](xs, 0)
+    grid = lambda vs: [None if v is None else [_decode(e, n) for e in v] for v in vs]  # noqa: E731
+    return grid(xs), grid(ys)
+
+
+def taxonomy_html(n: int = 4) -> str:
+    """Eight collectives, before → after, as inline HTML: a row per rank, a cell per block;
+    colour = the rank whose input it is, grey Σj = block j summed over all ranks, — = no value."""
+    colors = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948"]
+    td = ("min-width:1.9em;height:1.5em;padding:0 .2em;text-align:center;font-size:.8em;"
+          "border:2px solid var(--md-default-bg-color, #fff);")
+
+    def grid(cells) -> str:
+        rows = []
+        for r, cell in enumerate(cells):
+            tds = [f'<td style="{td}border:none;color:#888">r{r}</td>']
+            if cell is None:
+                tds.append(f'<td style="{td}color:#888">—</td>')
+            for ranks, blk in cell or []:
+                if len(ranks) > 1:
+                    tds.append(f'<td style="{td}background:#d0d0d0;color:#000">Σ{blk}</td>')
+                else:
+                    tds.append(f'<td style="{td}background:{colors[ranks[0] % len(colors)]};color:#fff">{blk}</td>')
+            rows.append("<tr>" + "".join(tds) + "</tr>")
+        return '<table style="border-collapse:collapse;margin:0;display:inline-table">' + "".join(rows) + "</table>"
+
+    panels = []
+    for name in COLLECTIVES:
+        ins, outs = figure_cells(name, n)
+        title = f"<b>{name}</b>" + (" (root 0)" if name in ROOTED else "")
+        panels.append(f'<div style="margin:.3em 0">{title}<br>{grid(ins)}'
+                      f'<span style="margin:0 .6em;font-size:1.2em">→</span>{grid(outs)}</div>')
+    return ('<div class="collective-taxonomy" style="display:grid;grid-template-columns:repeat(auto-fit,minmax(16em,1fr));'
+            'gap:.4em 1.5em">' + "".join(panels) + "</div>")
