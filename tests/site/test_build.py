@@ -145,3 +145,21 @@ def test_stale_result_fails_the_strict_build(tmp_path):
     finally:
         target.unlink()
     assert proc.returncode != 0 and "stale result" in proc.stderr
+
+
+def test_published_urls_and_anchors_are_stable_and_listed(built_site):
+    """Once published, a URL or anchor does not change (GUIDE); new ones are recorded on purpose."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import anchors
+
+    site, _, _ = built_site
+    now = anchors.collect(site)
+    published = json.loads(anchors.PUBLISHED.read_text(encoding="utf-8"))
+    assert published["generated_by"] == "scripts/anchors.py"
+    for url, ids in published["pages"].items():
+        assert url in now, f"published page {url} disappeared"
+        gone = sorted(set(ids) - set(now[url]))
+        assert not gone, f"{url}: published anchors disappeared: {gone}"
+    new = {u: sorted(set(i) - set(published["pages"].get(u, []))) for u, i in now.items()}
+    new = {u: i for u, i in new.items() if i}
+    assert not new, f"new pages/anchors not yet recorded (run `python scripts/anchors.py build/site`): {new}"
