@@ -25,6 +25,7 @@ RUNS: list[tuple[str, int, list[str], str]] = [
     ("collectives_semantics", 4, [], "torchrun"),  # counting (no timing): 4 processes
     ("fsdp_bench", 2, [], "torchrun"),                 # Ch5-05: counts + CPU step times
     ("fsdp_bench", 4, ["--no-timing"], "torchrun"),    # Ch5-05: counts only (4 processes > 2 cores)
+    ("offload_bench", 2, [], "torchrun"),              # Ch5-06: state placement + CPU step times
 ]
 
 

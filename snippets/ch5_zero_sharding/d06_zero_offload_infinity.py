@@ -1,0 +1,290 @@
+"""Ch5-06 ZeRO-Offload 와 ZeRO-Infinity: the code the page runs and the tests import.
+
+Memory formulas come from snippets.common.zero_memory (never re-derived here). This module adds
+what is specific to offload: which model states cross the GPU-CPU link each step, the step-time
+model (GPU compute, PCIe, CPU Adam, NVMe) and the batch above which offload hides behind compute,
+plus readers for the DeepSpeed results of gpu_runs/offload_bench.py.
+
+Units: ψ parameters, bytes, seconds, FLOP/s. GB = 1e9 B (bandwidths and capacities), GiB = 2**30 B
+only where stated.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from snippets.common.zero_memory import GB, GRAD_BYTES, K_ADAM, PARAM_BYTES, zero_memory_breakdown
+
+
+# --8<-- [start:hardware]
+def pcie_x16_bytes_per_s(gen: int) -> float:
+    """Raw one-direction bandwidth of a PCIe x16 link: 16 lanes × GT/s × 128/130 (encoding) / 8 bits."""
+    gts = {3: 8.0, 4: 16.0, 5: 32.0}[gen]
+    return 16 * gts * 1e9 * 128 / 130 / 8
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """ASSUMED constants of one GPU and its share of the host (not measured in this book)."""
+    name: str
+    gpu_flops: float      # sustained bf16 FLOP/s of the training step (peak × assumed MFU)
+    gpu_mem: float        # bytes of GPU memory
+    pcie: float           # bytes/s one direction, GPU <-> CPU
+    cpu_bw: float         # bytes/s of host memory bandwidth available to this GPU's CPU Adam
+    nvme: float           # bytes/s of NVMe read (= write) bandwidth available to this GPU
+    act_reserve: float    # bytes of GPU memory kept for activations, buffers, fragmentation
+
+
+LINK_EFFICIENCY = 0.8  # assumed: a DMA copy reaches 80 % of the raw PCIe rate
+
+# A100-80GB-like GPU: 312 TFLOP/s bf16 dense peak at an assumed 50 % MFU; a host with an assumed
+# 200 GB/s of DRAM bandwidth shared by 8 GPUs; one PCIe Gen4 NVMe drive of an assumed 7 GB/s per GPU.
+ASSUMED = Hardware(name="A100-80GB 가정", gpu_flops=0.5 * 312e12, gpu_mem=80 * GB,
+                   pcie=LINK_EFFICIENCY * pcie_x16_bytes_per_s(4), cpu_bw=200 * GB / 8,
+                   nvme=7 * GB, act_reserve=10 * GB)
+LINKS = {f"PCIe Gen{g} x16": LINK_EFFICIENCY * pcie_x16_bytes_per_s(g) for g in (3, 4, 5)}
+# --8<-- [end:hardware]
+
+
+# --8<-- [start:placement]
+def placement_bytes(psi: float, n: int, stage: int, offload_optimizer: bool, offload_param: bool = False,
+                    k: float = K_ADAM) -> dict[str, float]:
+    """Per-rank bytes on the GPU and on the host for a ZeRO stage with optimizer / parameter offload.
+
+    The split starts from zero_memory_breakdown (params / grads / optimizer state per rank).
+    offload_optimizer moves the optimizer state and the gradient partition to the host (ZeRO-Offload,
+    Ren et al. §3.5); offload_param (ZeRO-3 only, ZeRO-Infinity) moves the parameter shards too.
+    """
+    if offload_param and stage != 3:
+        raise ValueError("parameter offload needs ZeRO-3 (DeepSpeed: offload_param is a stage-3 option)")
+    b = zero_memory_breakdown(psi, n, stage, k)
+    host = {"params": b["params"] if offload_param else 0.0,
+            "grads": b["grads"] if offload_optimizer else 0.0,
+            "optimizer": b["optimizer"] if offload_optimizer else 0.0}
+    gpu = {key: b[key] - host[key] for key in b}
+    return {"gpu": sum(gpu.values()), "host": sum(host.values()), "gpu_parts": gpu, "host_parts": host}
+
+
+def max_params_on_gpu(hw: Hardware, n: int, stage: int, offload_optimizer: bool, offload_param: bool = False) -> float:
+    """Largest ψ whose GPU-resident model states fit in gpu_mem − act_reserve (they are linear in ψ)."""
+    per_param = placement_bytes(1.0, n, stage, offload_optimizer, offload_param)["gpu"]
+    return (hw.gpu_mem - hw.act_reserve) / per_param if per_param > 0 else float("inf")
+# --8<-- [end:placement]
+
+
+# --8<-- [start:model]
+ADAM_CPU_BYTES = 4 * 4 + 3 * 4 + PARAM_BYTES  # read master, grad, m, v (fp32); write master, m, v; write 16-bit param
+NVME_BYTES = 2 * K_ADAM                       # optimizer state on NVMe: read 12 B and write 12 B per parameter
+
+
+def step_times(psi, tokens, n: int = 1, hw: Hardware = ASSUMED, pcie: float | None = None,
+               offload: str = "cpu") -> dict[str, np.ndarray]:
+    """Predicted seconds of one training step per GPU under ZeRO-Offload (ZeRO-2 + offload_optimizer).
+
+    psi: parameters; tokens: tokens per GPU per step (micro-batch × sequence × accumulation).
+    gpu  = 6 ψ tokens / F                      (forward + backward)
+    pcie = (2ψ/N + 2ψ/N) / B_pcie              (16-bit grads GPU->CPU, 16-bit params CPU->GPU)
+    cpu  = ADAM_CPU_BYTES ψ/N / B_cpu          (bandwidth-bound CPU Adam on this rank's shard)
+    nvme = NVME_BYTES ψ/N / B_nvme             (only for offload='nvme': swap the optimizer state)
+    serial  = gpu + pcie + cpu + nvme          (no overlap)
+    overlap = max(gpu, pcie + cpu + nvme)      (transfers overlap backward, delayed parameter update)
+    offload='none' gives the GPU-only step (gpu term only).
+    """
+    psi = np.asarray(psi, dtype=float)
+    tokens = np.asarray(tokens, dtype=float)
+    bw = hw.pcie if pcie is None else pcie
+    gpu = 6 * psi * tokens / hw.gpu_flops
+    zero = np.zeros_like(gpu)
+    if offload == "none":
+        return {"gpu": gpu, "pcie": zero, "cpu": zero, "nvme": zero, "serial": gpu, "overlap": gpu}
+    link = (GRAD_BYTES + PARAM_BYTES) * psi / n / bw + zero
+    cpu = ADAM_CPU_BYTES * psi / n / hw.cpu_bw + zero
+    nvme = (NVME_BYTES * psi / n / hw.nvme + zero) if offload == "nvme" else zero
+    off = link + cpu + nvme
+    return {"gpu": gpu, "pcie": link, "cpu": cpu, "nvme": nvme, "serial": gpu + off, "overlap": np.maximum(gpu, off)}
+
+
+def breakeven_tokens(n: int = 1, hw: Hardware = ASSUMED, pcie: float | None = None, offload: str = "cpu") -> float:
+    """Tokens per GPU per step above which the offload work hides behind compute (independent of ψ)."""
+    bw = hw.pcie if pcie is None else pcie
+    per_param = (GRAD_BYTES + PARAM_BYTES) / bw + ADAM_CPU_BYTES / hw.cpu_bw
+    if offload == "nvme":
+        per_param += NVME_BYTES / hw.nvme
+    return hw.gpu_flops * per_param / (6 * n)
+
+
+def infinity_efficiency(ait, bw, peak):
+    """ZeRO-Infinity §4 efficiency without overlap: compute / (compute + data movement)
+    = ait·bw / (ait·bw + peak), with ait = FLOPs per byte moved."""
+    ait, bw = np.asarray(ait, dtype=float), np.asarray(bw, dtype=float)
+    return ait * bw / (ait * bw + peak)
+# --8<-- [end:model]
+
+
+def with_link(hw: Hardware, pcie: float) -> Hardware:
+    return replace(hw, pcie=pcie)
+
+
+MODEL_SIZES = (1.3e9, 6.7e9, 13e9, 30e9, 70e9)
+NODE_N = 8            # the page's scenario: one 8-GPU node, ZeRO-2 across its 8 GPUs
+NODE_TOKENS = 4096    # tokens per GPU per step in the table (e.g. micro-batch 4 × sequence 1024)
+
+
+def model_size_table(tokens: float, n: int = 1, hw: Hardware = ASSUMED, sizes=MODEL_SIZES):
+    """Rows for the page's table: memory placement and predicted step time per model size."""
+    rows = []
+    psi_gpu_only = max_params_on_gpu(hw, n, stage=2, offload_optimizer=False)
+    psi_offload = max_params_on_gpu(hw, n, stage=2, offload_optimizer=True)
+    for psi in sizes:
+        base = step_times(psi, tokens, n, hw, offload="none")
+        row = {"psi": psi, "fits_gpu_only": psi <= psi_gpu_only, "fits_offload": psi <= psi_offload,
+               "host_bytes": placement_bytes(psi, n, 2, True)["host"], "gpu_only_s": float(base["serial"])}
+        for name, bw in LINKS.items():
+            t = step_times(psi, tokens, n, hw, pcie=bw)
+            row[name] = (float(t["serial"]), float(t["overlap"]))
+        t = step_times(psi, tokens, n, hw, offload="nvme")
+        row["nvme"] = (float(t["serial"]), float(t["overlap"]))
+        rows.append(row)
+    return rows
+
+
+def step_time_figure(tokens: float, n: int = 1, hw: Hardware = ASSUMED):
+    """Predicted step time vs ψ for each link (serial, solid; overlapped, dotted) and the GPU-only
+    step up to its memory wall (dashed verticals: the largest ψ without / with offload)."""
+    from snippets.common import figures
+
+    fig, ax = figures.new(7, 4)
+    psi = np.logspace(8.5, 11, 30)
+    wall = max_params_on_gpu(hw, n, 2, False)
+    wall_off = max_params_on_gpu(hw, n, 2, True)
+    m = psi <= wall_off
+    base = step_times(psi, tokens, n, hw, offload="none")["serial"]
+    ax.loglog(psi[psi <= wall], base[psi <= wall], "k-", lw=2, label="GPU only (ZeRO-2, no offload)")
+    for (name, bw), c in zip(LINKS.items(), ["C0", "C1", "C2"]):
+        t = step_times(psi, tokens, n, hw, pcie=bw)
+        ax.loglog(psi[m], t["serial"][m], "-", color=c, label=f"offload, {name} ({bw / GB:.1f} GB/s)")
+        ax.loglog(psi[m], t["overlap"][m], ":", color=c)
+    t = step_times(psi, tokens, n, hw, offload="nvme")
+    ax.loglog(psi[m], t["serial"][m], "-", color="C3", label=f"optimizer on NVMe ({hw.nvme / GB:g} GB/s), Gen4")
+    ax.axvline(wall, color="k", ls="--", lw=0.8)
+    ax.axvline(wall_off, color="C0", ls="--", lw=0.8)
+    ax.set_xlabel("ψ (parameters)")
+    ax.set_ylabel("예측 step 시간 (s)")
+    ax.set_title(f"N = {n}, tokens/GPU/step = {tokens:,.0f}; 점선 = overlap")
+    ax.legend(fontsize=7)
+    return figures.svg(fig)
+
+
+def efficiency_figure(n: int = 1, hw: Hardware = ASSUMED):
+    """T_gpu / T_step against tokens per GPU per step, serial and overlapped, with tokens* marked."""
+    from snippets.common import figures
+
+    fig, bx = figures.new(7, 3.5)
+    tok = np.logspace(2, 6, 40)
+    for (name, bw), c in zip(LINKS.items(), ["C0", "C1", "C2"]):
+        t = step_times(1e9, tok, n, hw, pcie=bw)
+        bx.semilogx(tok, t["gpu"] / t["serial"], "-", color=c, label=f"{name}, serial")
+        bx.semilogx(tok, t["gpu"] / t["overlap"], ":", color=c, label=f"{name}, overlap")
+        bx.axvline(breakeven_tokens(n, hw, bw), color=c, lw=0.6)
+    bx.set_xlabel("tokens per GPU per step")
+    bx.set_ylabel("효율 = T_gpu / T_step")
+    bx.set_title(f"N = {n}; 세로선 = tokens* (정리 5.6.4)")
+    bx.set_ylim(0, 1.05)
+    bx.legend(fontsize=7)
+    return figures.svg(fig)
+
+
+# ------------------------------------------------------------------ DeepSpeed results (offload_bench)
+
+STATE_ORDER = ("params16", "grads", "master_fp32", "adam_m", "adam_v")
+
+
+def expected_state_bytes(psi: int, n: int, stage: int, grads_fp32: bool = False) -> dict[str, float]:
+    """Per-rank bytes of each state from the shared ZeRO formula (K = 12 split as 4 + 4 + 4)."""
+    b = zero_memory_breakdown(psi, n, stage)
+    grads = b["grads"] * (2 if grads_fp32 else 1)  # DeepSpeed's CPU-offload grad buffer is fp32
+    third = b["optimizer"] / 3
+    return {"params16": b["params"], "grads": grads, "master_fp32": third, "adam_m": third, "adam_v": third}
+
+
+def bench_rows(result, rank: int = 0) -> list[dict]:
+    return [r for r in result.measurements if r["rank"] == rank]
+
+
+# --8<-- [start:inventory]
+def inventory_table(result, rank: int = 0) -> tuple[list[str], list[list]]:
+    """Header and rows: each config's states with device, dtype, bytes, and the formula's bytes."""
+    n = result.hardware["world_size"]
+    header = ["config", "state", "device", "dtype", "bytes / rank (측정)", "bytes / rank (공식)", "일치"]
+    rows = []
+    for r in bench_rows(result, rank):
+        if not r["ok"]:
+            continue
+        stage = r["zero_optimization"]["stage"]
+        fp32_grads = stage == 2 and "offload_optimizer" in r["zero_optimization"]
+        exp = expected_state_bytes(r["psi"], n, stage, fp32_grads)
+        for e in r["inventory"]:
+            rows.append([r["config"], e["state"], e["device"], e["dtype"], f"{e['bytes']:,}",
+                         f"{exp[e['state']]:,.0f}", "✅" if e["bytes"] == exp[e["state"]] else "❌"])
+    return header, rows
+# --8<-- [end:inventory]
+
+
+def errors(result) -> dict[str, str]:
+    return {r["config"]: r["error"] for r in bench_rows(result) if not r["ok"]}
+
+
+def timing_rows(result) -> list[list]:
+    rows = []
+    for r in bench_rows(result):
+        if r["ok"]:
+            rows.append([r["config"], f"{r['fwd_bwd_ms_median']:.2f}", f"{r['step_ms_median']:.2f}",
+                         f"{r['fwd_bwd_ms_median'] + r['step_ms_median']:.2f}"])
+    return rows
+
+
+def gpu_rows(result) -> list[list]:
+    """A GPU result: step times and measured memcpy bytes per step against 2ψ/N each way."""
+    n = result.hardware["world_size"]
+    rows = []
+    for r in bench_rows(result):
+        if not r["ok"]:
+            rows.append([r["config"], "—", "—", "—", "—", r["error"][:80]])
+            continue
+        mb = r.get("memcpy_bytes", {})
+        steps = r.get("memcpy_steps", 1) or 1
+        rows.append([r["config"], f"{r['fwd_bwd_ms_median']:.1f}", f"{r['step_ms_median']:.1f}",
+                     f"{mb.get('DtoH', 0) / steps / 1e6:,.1f}", f"{mb.get('HtoD', 0) / steps / 1e6:,.1f}",
+                     f"{2 * r['psi'] / n / 1e6:,.1f}"])
+    return rows
+
+
+# --8<-- [start:gpu]
+def gpu_results() -> list:
+    """Every GPU results file of offload_bench (an empty list while none has been committed)."""
+    from snippets import results
+
+    try:
+        return results.load("offload_bench", kind="gpu")
+    except results.ResultsError:
+        return []
+
+
+def gpu_section(runs) -> str:
+    """Markdown for the GPU measurement: a table per GPU result file, or the plain statement that none exists."""
+    from snippets import results
+
+    if not runs:
+        return ("**이 판 (edition) 에는 GPU 결과가 없습니다.** `gpu_runs/results/offload_bench/` 에 GPU 결과 파일이 "
+                "아직 없기 때문입니다. `torchrun --nproc_per_node=1 gpu_runs/offload_bench.py --preset gpu` 로 만든 파일이 "
+                "커밋되면 이 자리에 그 표가 자동으로 나타납니다.")
+    out = []
+    for r in runs:
+        out.append(results.markdown_table(
+            ["config", "fwd+bwd (ms)", "optimizer step (ms)", "DtoH MB / step (측정)", "HtoD MB / step (측정)",
+             "2ψ/N MB (16-bit 예측)"], gpu_rows(r)))
+        out.append("")
+        out.append(results.provenance_box(r))
+    return "\n".join(out)
+# --8<-- [end:gpu]

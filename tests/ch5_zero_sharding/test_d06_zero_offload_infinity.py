@@ -1,0 +1,165 @@
+"""Ch5-06 ZeRO-Offload 와 ZeRO-Infinity: each test asserts a claim the page makes."""
+import time
+
+import numpy as np
+import pytest
+
+from snippets import results
+from snippets.ch5_zero_sharding import d06_zero_offload_infinity as page
+from snippets.common import zero_memory as zm
+
+
+def test_pcie_rates_are_derived_from_lanes_and_encoding():
+    """The page's link constants: Gen4 x16 raw ≈ 31.5 GB/s per direction (ERRATA row 8), ×2 per generation."""
+    assert page.pcie_x16_bytes_per_s(4) == pytest.approx(31.5e9, rel=1e-2)
+    assert page.pcie_x16_bytes_per_s(5) == 2 * page.pcie_x16_bytes_per_s(4) == 4 * page.pcie_x16_bytes_per_s(3)
+
+
+@pytest.mark.parametrize("n,stage", [(1, 1), (1, 2), (8, 2), (64, 2), (8, 3)])
+def test_placement_conserves_the_shared_formula(n, stage):
+    """Definition 5.6.1: offload moves bytes between GPU and host; the total is zero_memory_bytes."""
+    psi = 13e9
+    for opt in (False, True):
+        for par in ((False, True) if stage == 3 else (False,)):
+            p = page.placement_bytes(psi, n, stage, opt, par)
+            assert p["gpu"] + p["host"] == pytest.approx(zm.zero_memory_bytes(psi, n, stage))
+    off = page.placement_bytes(psi, n, 2, True)
+    assert off["gpu"] == pytest.approx(zm.PARAM_BYTES * psi)          # ZeRO-Offload: only 2ψ stays on the GPU
+    assert off["host"] == pytest.approx((zm.GRAD_BYTES + zm.K_ADAM) * psi / n)
+    with pytest.raises(ValueError):
+        page.placement_bytes(psi, n, 2, True, True)
+
+
+def test_single_gpu_memory_saving_is_8x():
+    """Ren et al. §3.4: offloading g16 and the fp32 update super-node saves 8× GPU memory at N = 1."""
+    p = page.placement_bytes(1e9, 1, 1, True)  # N = 1: stages coincide in bytes
+    assert zm.zero_memory_bytes(1e9, 1, 0) / p["gpu"] == pytest.approx(8)
+
+
+def test_breakeven_is_independent_of_psi_and_is_where_times_meet():
+    """Theorem 5.6.4: at tokens* the offload time equals the GPU time, for every ψ; below it offload is exposed."""
+    hw = page.ASSUMED
+    for n in (1, 8, 64):
+        for offload in ("cpu", "nvme"):
+            tok = page.breakeven_tokens(n, hw, offload=offload)
+            for psi in (1e8, 7e9, 1e12):
+                t = page.step_times(psi, tok, n, hw, offload=offload)
+                assert t["gpu"] == pytest.approx(t["pcie"] + t["cpu"] + t["nvme"])
+                lo = page.step_times(psi, tok / 2, n, hw, offload=offload)
+                hi = page.step_times(psi, tok * 2, n, hw, offload=offload)
+                assert lo["overlap"] > lo["gpu"] and hi["overlap"] == pytest.approx(hi["gpu"])
+        assert page.breakeven_tokens(n, hw) == pytest.approx(page.breakeven_tokens(1, hw) / n)
+    assert page.breakeven_tokens(1, hw, offload="nvme") > page.breakeven_tokens(1, hw)
+
+
+def test_step_time_bounds_and_monotonicity():
+    """Definition 5.6.2: overlap ≤ serial ≤ 2·overlap; faster links never slow a step."""
+    psi = np.logspace(8, 11, 20)
+    for tokens in (512, 4096, 65536):
+        t = page.step_times(psi, tokens, 8)
+        assert np.all(t["overlap"] <= t["serial"]) and np.all(t["serial"] <= 2 * t["overlap"] + 1e-12)
+        times = [page.step_times(psi, tokens, 8, pcie=bw)["serial"] for bw in page.LINKS.values()]
+        assert np.all(times[0] >= times[1]) and np.all(times[1] >= times[2])
+
+
+def test_pcie_volume_is_4psi_over_n():
+    """Theorem 5.6.3: 2ψ/N of 16-bit grads down plus 2ψ/N of 16-bit params up per step."""
+    t = page.step_times(1e9, 1, 4, pcie=1.0)
+    assert float(t["pcie"]) == pytest.approx(4e9 / 4)
+
+
+def test_model_size_table_memory_walls():
+    """Experiment 3's table: at N = 8 the GPU-only wall is (M−R)/(2 + 14/8) and offload's is (M−R)/2."""
+    hw = page.ASSUMED
+    wall = page.max_params_on_gpu(hw, 8, 2, False)
+    wall_off = page.max_params_on_gpu(hw, 8, 2, True)
+    assert wall == pytest.approx((hw.gpu_mem - hw.act_reserve) / (2 + 14 / 8))
+    assert wall_off == pytest.approx((hw.gpu_mem - hw.act_reserve) / 2)
+    rows = page.model_size_table(page.NODE_TOKENS, page.NODE_N)
+    assert [r["fits_gpu_only"] for r in rows] == [p <= wall for p in page.MODEL_SIZES]
+    assert any(r["fits_offload"] and not r["fits_gpu_only"] for r in rows)
+
+
+def test_infinity_efficiency_formula():
+    """Corollary 5.6.5: efficiency = ait·bw/(ait·bw + peak); one half exactly at ait·bw = peak."""
+    assert page.infinity_efficiency(100, 1e12, 1e14) == pytest.approx(0.5)
+    e = page.infinity_efficiency(np.array([10, 100, 1000]), 1e12, 1e14)
+    assert np.all(np.diff(e) > 0)
+
+
+def test_figures_and_tables_are_fast():
+    """GUIDE budget: a cell under 1 s. CPU time of this process, so other jobs on the machine do not count."""
+    from snippets.common import figures  # noqa: F401  (matplotlib import is paid once per build)
+
+    t0 = time.process_time()
+    svg = page.step_time_figure(page.NODE_TOKENS, page.NODE_N)
+    page.model_size_table(page.NODE_TOKENS, page.NODE_N)
+    assert "<svg" in svg and time.process_time() - t0 < 1.0
+    t0 = time.process_time()
+    assert "<svg" in page.efficiency_figure(page.NODE_N) and time.process_time() - t0 < 1.0
+
+
+# ------------------------------------------------------------ the committed DeepSpeed results
+
+def _cpu_run():
+    runs = results.load("offload_bench", kind="cpu")
+    assert len(runs) >= 1
+    return runs[0]
+
+
+def test_committed_inventory_matches_formula_on_every_rank():
+    """Experiment 1: each state's bytes per rank equal the shared formula (fp32 grads under stage-2 offload)."""
+    r = _cpu_run()
+    n = r.hardware["world_size"]
+    assert n == 2
+    for rank in range(n):
+        header, rows = page.inventory_table(r, rank)
+        assert rows and all(row[-1] == "✅" for row in rows)
+    by = {x["config"]: x for x in page.bench_rows(r)}
+    assert by["zero2_offload_cpu"]["cpu_offload_flag"] and not by["zero2"]["cpu_offload_flag"]
+    inv = {e["state"]: e for e in by["zero2_offload_cpu"]["inventory"]}
+    assert inv["grads"]["dtype"] == "float32" and inv["master_fp32"]["numel"] == by["zero2"]["psi"] // n
+    inv3 = {e["state"]: e for e in by["zero3_offload_cpu"]["inventory"]}
+    assert inv3["params16"]["numel"] * n == by["zero3_offload_cpu"]["psi"]
+
+
+def test_committed_nvme_error_is_recorded():
+    """Experiment 1: NVMe offload cannot start here; the page quotes DeepSpeed's own error."""
+    r = _cpu_run()
+    errs = page.errors(r)
+    assert set(errs) == {"zero3_offload_nvme"}
+    assert "async_io" in errs["zero3_offload_nvme"]
+    assert r.params["op_builders"]["async_io"]["compatible"] is False
+
+
+def test_gpu_section_states_absence_or_renders_a_gpu_file():
+    """Experiment 4: no GPU file -> the page says so; a GPU file -> its memcpy bytes are tabulated."""
+    gpu_files = [p for p in results.all_paths()
+                 if p.parent.name == "offload_bench" and results.read(p).hardware["kind"] == "gpu"]
+    assert len(page.gpu_results()) == len(gpu_files)
+    assert "GPU 결과가 없습니다" in page.gpu_section([])
+    cpu = _cpu_run()
+    fake = results.Result(cpu.path, {**cpu.data, "measurements": [
+        {**m, "memcpy_bytes": {"DtoH": 4 * m["psi"], "HtoD": 2 * m["psi"]}, "memcpy_steps": 2}
+        for m in cpu.measurements if m["rank"] == 0]})
+    rows = page.gpu_rows(fake)
+    ok = [row for row in rows if row[1] != "—"]
+    assert ok and all(float(row[3].replace(",", "")) == pytest.approx(float(row[5].replace(",", "")) * 2, rel=1e-3)
+                      for row in ok)
+
+
+@pytest.mark.dist
+def test_tiny_preset_really_offloads(run_tiny):
+    """The program, launched for real (2 gloo processes): offload works without compiled ops."""
+    data, took = run_tiny("offload_bench", 2, timeout=240)
+    rows = {(m["rank"], m["config"]): m for m in data["measurements"]}
+    for rank in (0, 1):
+        off = rows[(rank, "zero2_offload_cpu")]
+        assert off["ok"] and off["cpu_offload_flag"]
+        assert off["losses"][-1] < off["losses"][0]
+        states = {e["state"]: e for e in off["inventory"]}
+        psi = off["psi"]
+        assert states["adam_m"]["numel"] == states["adam_v"]["numel"] == psi // 2
+        assert states["master_fp32"]["bytes"] == 4 * psi // 2
+        assert not rows[(rank, "zero3_offload_nvme")]["ok"]
+    print(f"tiny offload_bench: {took:.1f} s")
