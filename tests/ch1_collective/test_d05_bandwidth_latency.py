@@ -1,0 +1,221 @@
+"""Ch1-05 Bandwidth vs Latency Bound (and the Chapter 1 lab): each test asserts a claim the page makes."""
+import time
+
+import numpy as np
+import pytest
+
+from snippets import results
+from snippets.ch1_collective import d05_bandwidth_latency as page
+from snippets.ch1_collective import lab
+from snippets.common import alphabeta as ab
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return {r.hardware["world_size"]: r for r in results.load("collectives_bench", kind="cpu")}
+
+
+# --- theory: S*, the bandwidth share, crossovers -------------------------------------------------
+
+@pytest.mark.parametrize("n", [2, 3, 8, 64, 1024])
+def test_ring_threshold_is_n_alpha_over_beta(n):
+    """Corollary 1.5.4: 2(N−1)α = 2(N−1)/N·S*β ⇒ S* = Nα/β, from the shared ring cost."""
+    alpha, beta = 7e-6, 1 / 3e9
+    s_star = page.threshold_ratio(ab.ring_allreduce_time, n) * alpha / beta
+    assert s_star == pytest.approx(n * alpha / beta)
+    lat = float(ab.ring_allreduce_time(n, s_star, alpha, 0.0))
+    bw = float(ab.ring_allreduce_time(n, s_star, 0.0, beta))
+    assert lat == pytest.approx(bw)
+
+
+def test_threshold_ratios_of_every_algorithm():
+    """Experiment 1's table: a/b = N (ring, ring AG, RS-as-AR, pairwise A2A), 1 (RD, binomial bcast), ⌈log₂N⌉ (DBT)."""
+    rows = {r["name"]: r for r in page.threshold_table((2, 8, 64, 1024))}
+    for n in (2, 8, 64, 1024):
+        assert rows["AllReduce: ring"][n] == pytest.approx(n)
+        assert rows["AllReduce: recursive doubling"][n] == pytest.approx(1)
+        assert rows["AllReduce: double binary tree"][n] == pytest.approx(np.ceil(np.log2(n)))
+        assert rows["AllReduce: Rabenseifner"][n] == pytest.approx(np.log2(n) * n / (n - 1))
+        for op in ("reduce_scatter", "all_gather", "all_to_all"):
+            m = page.GLOO_MODELS[op]
+            assert rows[f"{op}: {m.algorithm}"][n] == pytest.approx(n)
+        assert rows[f"broadcast: {page.GLOO_MODELS['broadcast'].algorithm}"][n] == pytest.approx(1)
+
+
+def test_bandwidth_share_theorem():
+    """Theorem 1.5.3: share = S/(S+S*); ½ at S*, ≥ 90 % from 9·S*, ≤ 10 % below S*/9."""
+    s_star = 12345.0
+    assert page.bandwidth_fraction(s_star, s_star) == pytest.approx(0.5)
+    assert page.bandwidth_fraction(9 * s_star, s_star) == pytest.approx(0.9)
+    assert page.bandwidth_fraction(s_star / 9, s_star) == pytest.approx(0.1)
+    assert page.size_for_fraction(0.9, s_star) == pytest.approx(9 * s_star)
+    # the same share computed from the two terms of a real cost
+    n, alpha, beta, s = 16, 5e-6, 1 / 25e9, 3e6
+    m = page.GLOO_MODELS["all_reduce"]
+    share = m.bytes_factor(n) * s * beta / float(m.time(n, s, alpha, beta))
+    assert share == pytest.approx(float(page.bandwidth_fraction(s, m.threshold(n, alpha, beta))))
+
+
+def test_fit_invariance_theorem(runs):
+    """Theorem 1.5.5: at one N the choice of (a, b) rescales α, β but leaves S* and residuals unchanged."""
+    r = runs[2]
+    rows = page.measured(r, "reduce_scatter")
+    f1 = page.fit_collective(rows, page.GLOO_MODELS["reduce_scatter"], 2)
+    f2 = page.fit_collective(rows, page.RING_REDUCE_SCATTER, 2)
+    assert f1["s_star"] == pytest.approx(f2["s_star"], rel=1e-9)
+    assert np.allclose(f1["rel_residuals"], f2["rel_residuals"])
+    assert f2["beta"] == pytest.approx(2 * f1["beta"], rel=1e-9)  # b halves ⇒ fitted β doubles
+    assert f2["alpha"] == pytest.approx(2 * f1["alpha"], rel=1e-9)
+
+
+def test_crossover_theorem_ring_vs_tree():
+    """Theorem 1.5.6: ring vs DBT cross at N(N−1−⌈log₂N⌉)α/β; ring vs RD never at N = 2."""
+    alpha, beta = 2e-4, 1 / 0.8e9
+    for row in page.crossover_table(alpha, beta):
+        n = row["N"]
+        lg = np.ceil(np.log2(n))
+        want = n * (n - 1 - lg) * alpha / beta
+        if want > 0:
+            assert row["double binary tree"] == pytest.approx(want, rel=1e-4)  # crossover_bytes differences floats
+        else:
+            assert row["double binary tree"] == float("inf")
+    assert page.crossover_table(alpha, beta, ns=(2,))[0]["recursive doubling"] == float("inf")
+
+
+# --- experiments on the committed gloo results ------------------------------------------------------
+
+def test_fits_every_collective_two_processes(runs):
+    """Experiment 2: positive α, β for all five collectives; the model within 50 % at every S ≥ 1 MiB."""
+    fits = page.fit_all(runs[2])
+    assert set(fits) == set(page.OPS)
+    for op, f in fits.items():
+        assert f["alpha"] > 0 and f["beta"] > 0, op
+        big = f["sizes"] >= 1 << 20
+        assert np.max(np.abs(f["rel_residuals"][big])) < 0.5, op
+        assert len(f["rel_residuals"]) == len(page.measured(runs[2], op))
+    header, rows = page.residual_table_rows(fits)
+    assert len(header) == 1 + len(page.OPS)
+    assert len(rows) == len({m["bytes"] for m in runs[2].measurements})
+
+
+def test_reduce_scatter_runs_as_allreduce_in_gloo(runs):
+    """Experiment 2's model check: gloo's RS takes about as long as AR (textbook ring RS would take half)."""
+    for r in runs.values():
+        ar = {m["bytes"]: m["time_us_median"] for m in page.measured(r, "all_reduce")}
+        rs = {m["bytes"]: m["time_us_median"] for m in page.measured(r, "reduce_scatter")}
+        ratio = np.median([rs[s] / ar[s] for s in rs if s in ar and s >= 1 << 20])
+        assert ratio > 0.75
+    f = page.fit_all(runs[2])
+    gloo_ratio = f["reduce_scatter"]["bandwidth_GBps"] / f["all_reduce"]["bandwidth_GBps"]
+    textbook = page.fit_collective(page.measured(runs[2], "reduce_scatter"), page.RING_REDUCE_SCATTER, 2)
+    assert abs(np.log(gloo_ratio)) < abs(np.log(textbook["bandwidth_GBps"] / f["all_reduce"]["bandwidth_GBps"]))
+
+
+def test_oversubscribed_small_messages_exceed_step_ratio(runs):
+    """Experiment 3: with 4 processes on 2 cores the ring collectives' small-message times grow far more
+    than their step counts (2 → 6) predict."""
+    if runs[4].hardware["cpu_count"] >= 4:
+        pytest.skip("the 4-process results were not oversubscribed")
+    rows = {r["op"]: r for r in page.oversubscription_rows(runs)}
+    for op in ("all_reduce", "reduce_scatter", "all_gather"):
+        assert rows[op]["measured_ratio"] > 2 * rows[op]["step_ratio"], op
+    fits4 = page.fit_all(runs[4])
+    fits2 = page.fit_all(runs[2])
+    assert fits4["all_reduce"]["alpha"] > fits2["all_reduce"]["alpha"]
+
+
+def test_crossover_with_fitted_constants(runs):
+    """Experiment 4: with the fitted constants ring's S* grows linearly in N."""
+    f = page.fit_all(runs[2])["all_reduce"]
+    rows = page.crossover_table(f["alpha"], f["beta"])
+    s = [r["ring S*"] for r in rows]
+    assert all(b / a == pytest.approx(rb["N"] / ra["N"]) for a, b, ra, rb in zip(s, s[1:], rows, rows[1:]))
+    assert rows[0]["ring S*"] == pytest.approx(f["s_star"])
+
+
+def test_ddp_bucket_defaults_match_errata_row_9():
+    """Experiment 5: bucket_cap_mb = 25 MiB (binary), first bucket 1 MiB, in the installed torch."""
+    d = page.ddp_bucket_defaults()
+    assert d["bucket_cap_mb"] == 25 and d["mb_to_bytes"] == 2**20
+    assert d["bucket_cap_bytes"] == 25 * 2**20
+    assert d["first_bucket_bytes"] == 2**20
+
+
+def test_published_links_are_per_direction_and_shares():
+    """Experiment 5: per-direction constants (ERRATA row 8); a larger bucket always has a larger share."""
+    assert page.LINKS_GBPS["NVLink 3 (A100, 한 방향)"] == 600 / 2
+    assert page.LINKS_GBPS["NVLink 4 (H100, 한 방향)"] == 900 / 2
+    assert page.LINKS_GBPS["InfiniBand HDR (포트당 한 방향)"] == 25
+    assert page.LINKS_GBPS["InfiniBand NDR (포트당 한 방향)"] == 50
+    assert round(page.LINKS_GBPS["NVLink 3 (A100, 한 방향)"] / page.LINKS_GBPS["InfiniBand HDR (포트당 한 방향)"]) == 12
+    assert round(page.LINKS_GBPS["NVLink 4 (H100, 한 방향)"] / page.LINKS_GBPS["InfiniBand NDR (포트당 한 방향)"]) == 9
+    for row in page.link_rows(8, [1 << 20, 25 << 20]):
+        assert row[1 << 20] < row[25 << 20] < 1
+        assert row["s_star"] == pytest.approx(8 * page.ALPHA_ASSUMED * row["GBps"] * 1e9)
+
+
+def test_exercise_2_bucketing_overhead():
+    """Exercise 2: k = G/B buckets cost k·aα extra; relative to the bandwidth term that is S*/B."""
+    n, alpha, beta = 64, 5e-6, 1 / 50e9
+    m = page.GLOO_MODELS["all_reduce"]
+    g = 4e9
+    for bucket in [1 << 20, 25 << 20, 256 << 20]:
+        k = g / bucket
+        total = k * float(m.time(n, bucket, alpha, beta))
+        bw_only = float(m.time(n, g, 0.0, beta))
+        assert (total - bw_only) / bw_only == pytest.approx(m.threshold(n, alpha, beta) / bucket)
+
+
+def test_page_cells_are_fast(runs):
+    t0 = time.perf_counter()
+    for r in runs.values():
+        page.fit_all(r)
+    page.threshold_table()
+    page.crossover_table(2e-4, 1e-9)
+    page.link_rows(8, [1 << 20, 25 << 20])
+    assert time.perf_counter() - t0 < 1.0
+
+
+# --- the Chapter 1 lab: the same worker functions, real spawned processes ---------------------------
+
+@pytest.mark.dist
+def test_lab_p2p_ring_equals_all_reduce_with_real_processes():
+    """The lab's claim: the send/recv ring gives exactly dist.all_reduce's sum, also for N = 3 and
+    sizes not divisible by N (40 and 4000 bytes = 10 and 1000 float32)."""
+    t0 = time.perf_counter()
+    out = lab.run_lab(sizes=(40, 4000), iters=2, world=3)
+    took = time.perf_counter() - t0
+    assert out["world"] == 3 and len(out["rows"]) == 2
+    for row in out["rows"]:
+        assert row["exact"]
+        assert row["p2p_ring_us"] > 0 and row["all_reduce_us"] > 0
+    assert took < 60
+
+
+# --- the page's readings of its tables ---------------------------------------------------------------
+
+def test_readings_of_experiments_2_and_3(runs):
+    """Exp. 2: broadcast has the largest fitted 1/β and all_gather the smallest (2 processes).
+    Exp. 3: broadcast and all_to_all grow by less than twice their step ratio; the ring-type
+    collectives' largest residual in the 4-process fit lies at small messages (≤ 4 KiB)."""
+    bw = {op: f["bandwidth_GBps"] for op, f in page.fit_all(runs[2]).items()}
+    assert max(bw, key=bw.get) == "broadcast" and min(bw, key=bw.get) == "all_gather"
+    if runs[4].hardware["cpu_count"] < 4:
+        rows = {r["op"]: r for r in page.oversubscription_rows(runs)}
+        for op in ("broadcast", "all_to_all"):
+            assert rows[op]["measured_ratio"] < 2 * rows[op]["step_ratio"], op
+    fits4 = page.fit_all(runs[4])
+    for op in ("all_reduce", "reduce_scatter", "all_gather"):
+        f = fits4[op]
+        assert f["sizes"][np.abs(f["rel_residuals"]).argmax()] <= 4096, op
+
+
+def test_readings_of_experiment_5():
+    """N = 8: on NVLink a 25 MiB bucket is a little over half bandwidth, 1 MiB is latency-bound;
+    on InfiniBand the same 25 MiB bucket is bandwidth-bound (≥ 90 %)."""
+    rows = {r["link"]: r for r in page.link_rows(8, [1 << 20, 25 << 20])}
+    for name, r in rows.items():
+        if name.startswith("NVLink"):
+            assert 0.5 < r[25 << 20] < 0.75 and r[1 << 20] < 0.1
+        if name.startswith("InfiniBand"):
+            assert r[25 << 20] >= 0.9
