@@ -454,6 +454,18 @@ def dbt_sweep(ns=(4, 16, 64, 256, 1024), segments=(1, 2, 4, 8)) -> list[dict]:
     return rows
 
 
+def dbt_other_n(ns=(3, 5, 6, 7, 12, 100, 1000), segments: int = 1) -> list[dict]:
+    """The double binary tree for N not a power of 2 (NCCL's shift for odd N, mirror for even N)."""
+    rows = []
+    for n in ns:
+        x = inputs(n, 2 * segments * 2)
+        sim = double_binary_tree_allreduce(x, segments)
+        s = x.shape[1] * x.dtype.itemsize
+        rows.append({"N": n, "correct": sim.correct(x), "sent_max": sim.sent.max() / s, "recv_max": sim.recv.max() / s,
+                     "total": sim.sent.sum() / s})
+    return rows
+
+
 def fold_sweep(ns=(3, 5, 6, 7, 12, 100, 1000)) -> list[dict]:
     """Non-powers of two: the fold of Thakur et al. §4 adds two steps."""
     rows = []

@@ -52,6 +52,14 @@ def test_double_binary_tree_bytes_and_model_is_a_lower_envelope():
             assert ab.double_binary_tree_time(n, s, alpha, beta) <= sim_t + 1e-12
 
 
+def test_dbt_other_n_stays_within_2s():
+    """Experiment 3: NCCL's shift/mirror trees keep max ≤ 2S and the total 2(N−1)S for any N."""
+    for r in page.dbt_other_n(tuple(range(2, 41)) + (100, 1000)):
+        assert r["correct"]
+        assert r["sent_max"] <= 2.0 and r["recv_max"] <= 2.0
+        assert r["total"] == 2 * (r["N"] - 1)
+
+
 def test_dbt_without_pipelining_is_the_binary_tree_step_count():
     """Experiment 3: M = 1 takes 4 log₂N − 2 steps, like the unpipelined binary tree."""
     for r in page.dbt_sweep(segments=(1,)):
