@@ -288,3 +288,20 @@ def test_exercise2_crossover_grows_with_nodes():
 
 def test_log_format_table_is_markdown_safe():
     assert all("|" not in cell for row in page.LOG_FORMATS for cell in row)
+
+
+def test_page_names_the_capture_command_and_states_no_log():
+    text = (ROOT / "docs" / "ch1-collective" / "04-nccl-topology.md").read_text(encoding="utf-8")
+    assert page.CAPTURE_COMMAND in text
+    assert "GPU 로그가 없습니다" in text and "captured_log_markdown()" in text
+    assert "NCCL INFO" not in text  # no log line is typed into the page
+
+
+def test_render_capture_on_a_synthetic_record():
+    """The renderer the page uses when a real capture exists (this record lives only in the test)."""
+    lines = [_line("Channel 00/02 : 0 1"), _line("AllReduce: 1024 Bytes -> Algo TREE proto LL channel{Lo..Hi}={0..0}")]
+    data = {"hardware": {"gpu_count": 2, "gpu_name": "test-gpu"}, "versions": {"nccl": "x"},
+            "measurements": {"calls": [], "logs": [{"rank": 0, "node": 0, "lines": lines},
+                                                   {"rank": 1, "node": 0, "lines": []}]}}
+    md = page.render_capture(data)
+    assert "| AllReduce | 1,024 | TREE | LL | 0..0 |" in md and "Channel 00/02 : 0 1" in md
