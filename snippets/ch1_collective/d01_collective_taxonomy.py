@@ -349,31 +349,32 @@ def figure_cells(collective: str, n: int = 4):
 
 
 def taxonomy_html(n: int = 4) -> str:
-    """Eight collectives, before → after, as inline HTML: a row per rank, a cell per block;
-    colour = the rank whose input it is, grey Σj = block j summed over all ranks, — = no value."""
+    """Eight collectives, before → after, as inline HTML (CSS grids, no tables): a row per rank, a
+    cell per block; colour = the rank whose input it is, grey Σj = block j summed over all ranks."""
     colors = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948"]
-    td = ("min-width:1.9em;height:1.5em;padding:0 .2em;text-align:center;font-size:.8em;"
-          "border:2px solid var(--md-default-bg-color, #fff);")
+    cell = "display:block;height:1.45em;line-height:1.45em;text-align:center;font-size:.75rem;border-radius:2px;"
 
     def grid(cells) -> str:
-        rows = []
-        for r, cell in enumerate(cells):
-            tds = [f'<td style="{td}border:none;color:#888">r{r}</td>']
-            if cell is None:
-                tds.append(f'<td style="{td}color:#888">—</td>')
-            for ranks, blk in cell or []:
+        spans = []
+        for r, row in enumerate(cells):
+            spans.append(f'<span style="{cell}color:#888;padding-right:.3em">r{r}</span>')
+            if row is None:
+                spans.append(f'<span style="{cell}color:#888;grid-column:span {n}">—</span>')
+                continue
+            for ranks, blk in row:
                 if len(ranks) > 1:
-                    tds.append(f'<td style="{td}background:#d0d0d0;color:#000">Σ{blk}</td>')
+                    spans.append(f'<span style="{cell}background:#d0d0d0;color:#000">Σ{blk}</span>')
                 else:
-                    tds.append(f'<td style="{td}background:{colors[ranks[0] % len(colors)]};color:#fff">{blk}</td>')
-            rows.append("<tr>" + "".join(tds) + "</tr>")
-        return '<table style="border-collapse:collapse;margin:0;display:inline-table">' + "".join(rows) + "</table>"
+                    spans.append(f'<span style="{cell}background:{colors[ranks[0] % len(colors)]};color:#fff">{blk}</span>')
+            spans += [f'<span style="{cell}"></span>'] * (n - len(row))
+        return (f'<span style="display:inline-grid;grid-template-columns:auto repeat({n},1.8em);gap:2px;'
+                f'vertical-align:middle">' + "".join(spans) + "</span>")
 
     panels = []
     for name in COLLECTIVES:
         ins, outs = figure_cells(name, n)
         title = f"<b>{name}</b>" + (" (root 0)" if name in ROOTED else "")
-        panels.append(f'<div style="margin:.3em 0">{title}<br>{grid(ins)}'
-                      f'<span style="margin:0 .6em;font-size:1.2em">→</span>{grid(outs)}</div>')
-    return ('<div class="collective-taxonomy" style="display:grid;grid-template-columns:repeat(auto-fit,minmax(16em,1fr));'
+        panels.append(f'<div style="margin:.4em 0"><div>{title}</div>{grid(ins)}'
+                      f'<span style="margin:0 .7em;font-size:1.3em;vertical-align:middle">→</span>{grid(outs)}</div>')
+    return ('<div class="collective-taxonomy" style="display:grid;grid-template-columns:repeat(auto-fit,minmax(19em,1fr));'
             'gap:.4em 1.5em">' + "".join(panels) + "</div>")
