@@ -285,7 +285,8 @@ def reduce_scratch(data) -> list[dict]:
 # --8<-- [start:usage]
 def usage_bytes(psi: float, n: int, elem: int = 2, moe_tokens: int = 4096, moe_hidden: int = 4096,
                 moe_topk: int = 2) -> list[dict]:
-    """Per-rank bytes *sent* per training step by each use of a collective, ψ parameters, N ranks.
+    """Per-rank bytes *sent* by each use of a collective, ψ parameters, N ranks: per training step,
+    except DDP's construction-time broadcast (once) and MoE (per MoE layer).
 
     S is the collective's nccl-tests size (the full buffer); ring-style algorithms make every rank
     send BUSBW_FACTOR[op](N)·S (nccl-tests' bus-bandwidth factor is exactly that ratio). Broadcast
