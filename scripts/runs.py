@@ -26,6 +26,9 @@ RUNS: list[tuple[str, int, list[str], str]] = [
     ("fsdp_bench", 2, [], "torchrun"),                 # Ch5-05: counts + CPU step times
     ("fsdp_bench", 4, ["--no-timing"], "torchrun"),    # Ch5-05: counts only (4 processes > 2 cores)
     ("offload_bench", 2, [], "torchrun"),              # Ch5-06: state placement + CPU step times
+    ("zero_bench", 1, [], "torchrun"),                 # Ch5-02..04: ZeRO 0-3 bytes, N = 1
+    ("zero_bench", 2, [], "torchrun"),                 # Ch5-02..04: bytes, collectives, CPU step times
+    ("zero_bench", 4, ["--no-timing"], "torchrun"),    # Ch5-02..04: bytes and collectives only
 ]
 
 
