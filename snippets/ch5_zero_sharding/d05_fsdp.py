@@ -233,3 +233,39 @@ def zero_bench_runs():
         return results.load("zero_bench", kind="cpu")
     except results.ResultsError:
         return []
+
+
+# --8<-- [start:deepspeed]
+# stage3_param_persistence_threshold's default, deepspeed/runtime/zero/config.py (0.19.8): 1e5 elements
+DS_PERSISTENCE_THRESHOLD = 100_000
+
+
+def deepspeed_zero3_cut(params: list[dict], n: int, threshold: int = DS_PERSISTENCE_THRESHOLD) -> dict:
+    """How DeepSpeed ZeRO-3 would cut the same parameters (deepspeed/runtime/zero/partition_parameters.py).
+
+    Every parameter is flattened and padded to a multiple of n elements (_aligned_size); each rank
+    keeps ceil(numel/n) of it (ds_tensor), the same on every rank. Parameters with numel <= threshold
+    are marked ds_persist: after their first gather they stay whole on every rank.
+    """
+    sizes = [math.prod(p["shape"]) for p in params]
+    return {"partition_numel": sum(math.ceil(s / n) for s in sizes),
+            "persistent_full_numel": sum(s for s in sizes if s <= threshold),
+            "persistent_params": sum(1 for s in sizes if s <= threshold)}
+# --8<-- [end:deepspeed]
+
+
+def step_time_rows(runs_by_n) -> list[list]:
+    out = []
+    for n, run in sorted(runs_by_n.items()):
+        for rec in run.measurements["configs"]:
+            if "step_ms_median" in rec:
+                out.append([f"{n} processes (CPU, gloo)", f"`{rec['name']}`", rec["timed_iters"],
+                            f"{rec['step_ms_median']:.0f} ms", f"{rec['step_ms_min']:.0f} ms"])
+    return out
+
+
+def large_rows_table(rows: list[dict]) -> list[list]:
+    gb = zm.GB
+    return [[r["N"], f"{r['psi']:,}", f"{r['local_rank0']:,}", f"{r['local_last']:,}", f"{r['psi'] / r['N']:,.0f}",
+             f"{r['fsdp2_bytes'] / gb:.3f}", f"{r['zero3_bytes'] / gb:.3f}",
+             f"{(r['fsdp2_bytes'] - r['zero3_bytes']) / 2**20:+.1f} MiB"] for r in rows]
