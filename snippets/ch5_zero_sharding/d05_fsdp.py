@@ -269,3 +269,43 @@ def large_rows_table(rows: list[dict]) -> list[list]:
     return [[r["N"], f"{r['psi']:,}", f"{r['local_rank0']:,}", f"{r['local_last']:,}", f"{r['psi'] / r['N']:,.0f}",
              f"{r['fsdp2_bytes'] / gb:.3f}", f"{r['zero3_bytes'] / gb:.3f}",
              f"{(r['fsdp2_bytes'] - r['zero3_bytes']) / 2**20:+.1f} MiB"] for r in rows]
+
+
+def zero_bench_shapes(params: dict) -> list[dict]:
+    """zero_bench's model: `layers` × Linear(dim, dim) with bias (gpu_runs/zero_bench.py make_model)."""
+    d = params["dim"]
+    return [{"name": f"{i}.{k}", "shape": s} for i in range(params["layers"])
+            for k, s in (("weight", [d, d]), ("bias", [d]))]
+
+
+def deepspeed_comparison_rows(ds_runs) -> list[dict]:
+    """DeepSpeed ZeRO-3 measured (zero_bench) next to the FSDP2 and DeepSpeed cutting rules, same model.
+
+    zero_bench runs ZeRO-3 with stage3_param_persistence_threshold = 0, so the DeepSpeed rule is
+    applied with threshold 0; FSDP2 is predicted for fully_shard on every Linear (G = layers).
+    """
+    out = []
+    for run in ds_runs:
+        shapes = zero_bench_shapes(run.params)
+        for rec in run.measurements:
+            if rec["stage"] != 3:
+                continue
+            n = rec["world_size"]
+            if n < 2:  # nothing is sharded on one rank
+                continue
+            per_rank = [r["params"] // 2 for r in rec["per_rank_bytes_all"]]  # bf16 ds_tensor elements
+            ds_rule = deepspeed_zero3_cut(shapes, n, threshold=0)["partition_numel"]
+            fsdp = predicted_local_numel(shapes, n)
+            ag = rec.get("zero3_allgathers", {})
+            pred = predict_step_comm([{**s, "name": f"blocks.{s['name']}"} for s in shapes], n, True, 2, 2)
+            out.append({"N": n, "psi": rec["psi"], "ds_measured": per_rank, "ds_rule": ds_rule, "fsdp2_rule": fsdp,
+                        "ds_ag_forward": ag.get("forward"), "ds_ag_backward": ag.get("backward"),
+                        "ds_ag_bytes_forward": rec["comm_by_phase"].get("forward", {})
+                                                  .get("all_gather_into_tensor", {}).get("bytes", 0),
+                        "fsdp2_ag_bytes_forward": pred["forward"][AG]["bytes"],
+                        "layers": ag.get("layers"), "fsdp2_ag_forward": pred["forward"][AG]["calls"],
+                        "fsdp2_ag_backward": pred["backward"][AG]["calls"], "label": run.label,
+                        "ds_other": {f"{ph}: {op}": v["calls"] for ph, ops in rec["comm_by_phase"].items()
+                                     for op, v in ops.items() if op not in ("all_gather_into_tensor",
+                                                                            "reduce_scatter_tensor", AG, RS)}})
+    return out

@@ -130,6 +130,30 @@ def test_fake_world_recomputed_in_process():
     assert got["psi"] == sum(local)
 
 
+def test_deepspeed_cut_rule():
+    """Experiment 5: DeepSpeed pads every flattened parameter to a multiple of N; small ones persist."""
+    params = [{"shape": [250, 250]}, {"shape": [250]}, {"shape": [1000, 250]}]
+    cut = page.deepspeed_zero3_cut(params, 4)
+    assert cut["partition_numel"] == 15625 + 63 + 62500
+    assert cut["persistent_params"] == 2 and cut["persistent_full_numel"] == 62750
+    assert page.deepspeed_zero3_cut(params, 4, threshold=0)["persistent_params"] == 0
+    m = _runs()[4].measurements
+    assert page.deepspeed_zero3_cut(m["params"], 4)["persistent_full_numel"] == 130500
+
+
+def test_deepspeed_measured_matches_rules_when_committed():
+    """Experiment 5 (measured): zero_bench's ZeRO-3 shards follow the DeepSpeed rule, and its
+    all-gathers (count, forward bytes) equal the FSDP2 prediction for the same model."""
+    rows = page.deepspeed_comparison_rows(page.zero_bench_runs())
+    if not rows:
+        pytest.skip("no committed zero_bench results")
+    for r in rows:
+        assert set(r["ds_measured"]) == {r["ds_rule"]}
+        assert r["ds_ag_forward"] == r["fsdp2_ag_forward"] == r["layers"]
+        assert r["ds_ag_backward"] == r["fsdp2_ag_backward"]
+        assert r["ds_ag_bytes_forward"] == r["fsdp2_ag_bytes_forward"]
+
+
 @pytest.mark.dist
 def test_fsdp_bench_tiny_preset_for_real(run_tiny):
     """The program itself: 2 gloo processes, tiny preset, < 30 s; its counts obey Theorem 5.5.4.
