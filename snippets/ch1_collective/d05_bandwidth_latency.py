@@ -190,12 +190,20 @@ def oversubscription_rows(results_by_n: dict[int, object]) -> list[dict]:
 
 # --8<-- [start:crossover]
 def crossover_table(alpha: float, beta: float, ns=(2, 4, 8, 16, 64, 256, 1024)) -> list[dict]:
-    """S above which ring AllReduce beats each tree-like algorithm, at the given α, β."""
+    """S above which ring AllReduce beats each tree-like algorithm, at the given α, β.
+
+    inf: ring is never faster; 0.0: ring is never slower (fewer or equal steps and fewer bytes).
+    """
     out = []
     for n in ns:
         row = {"N": n, "ring S*": n * alpha / beta}
         for name in ("recursive doubling", "double binary tree"):
-            row[name] = float(ab.crossover_bytes(n, alpha, beta, ab.ALGORITHMS[name], ab.ring_allreduce_time))
+            other = ab.ALGORITHMS[name]
+            s_x = float(ab.crossover_bytes(n, alpha, beta, other, ab.ring_allreduce_time))
+            if s_x == float("inf") and all(ab.ring_allreduce_time(n, s, alpha, beta) <= other(n, s, alpha, beta)
+                                           for s in (0.0, 1.0, 1e12)):
+                s_x = 0.0
+            row[name] = s_x
         out.append(row)
     return out
 # --8<-- [end:crossover]
@@ -248,6 +256,7 @@ def crossover_figure(alpha: float, beta: float, label: str):
     ax.loglog(ns, ns * alpha / beta, "o-", label="ring 의 S* = Nα/β")
     ax.loglog(ns, ab.log2_ceil(ns) * alpha / beta, "s-", label="double binary tree 의 S* = ⌈log₂N⌉α/β")
     rd = [float(ab.crossover_bytes(n, alpha, beta, ab.recursive_doubling_time, ab.ring_allreduce_time)) for n in ns]
+    rd = [v if np.isfinite(v) else np.nan for v in rd]  # N = 2: ring never wins, nothing to draw
     ax.loglog(ns, rd, "^--", label="ring 이 recursive doubling 을 이기는 S")
     for s, name in [(1 << 20, "DDP 첫 bucket 1 MiB"), (25 << 20, "DDP bucket 25 MiB")]:
         ax.axhline(s, color="gray", ls=":", lw=1)
