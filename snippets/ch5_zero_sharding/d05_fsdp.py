@@ -309,3 +309,26 @@ def deepspeed_comparison_rows(ds_runs) -> list[dict]:
                                      for op, v in ops.items() if op not in ("all_gather_into_tensor",
                                                                             "reduce_scatter_tensor", AG, RS)}})
     return out
+
+
+def large_memory_figure(rows: list[dict]):
+    """Per-rank model-state GB vs N: ZeRO stages from the shared formula, FSDP2 shards from fully_shard."""
+    import numpy as np
+
+    from snippets.common import figures
+
+    psi = rows[0]["psi"]
+    ns = np.arange(min(r["N"] for r in rows), max(r["N"] for r in rows) + 1)
+    fig, ax = figures.new(7, 4)
+    for stage, style in zip(range(4), [":", "--", "-.", "-"]):
+        ax.plot(ns, [zm.zero_memory_bytes(psi, int(n), stage) / zm.GB for n in ns], style, color="gray" if stage < 3 else "C0",
+                lw=1, label=f"zero_memory_bytes(ψ, N, {stage})")
+    ax.plot([r["N"] for r in rows], [r["fsdp2_bytes"] / zm.GB for r in rows], "o", color="C3",
+            label="FSDP2: 16 · (rank 0 의 local shard 원소), fake world 에서 측정")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("N (sharding group 크기)")
+    ax.set_ylabel("rank 당 상주 model state (GB = 1e9 B)")
+    ax.set_title(f"ψ = {psi / 1e9:.2f} × 10⁹, bf16 계산 + fp32 Adam")
+    ax.legend(fontsize=7)
+    return figures.svg(fig)
