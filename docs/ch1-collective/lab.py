@@ -31,7 +31,10 @@ import sys
 
 # 저장소 루트 (snippets/ 가 있는 곳) 를 import 경로에 넣습니다: 노트북이 어느 디렉터리에서 실행되든 동작합니다.
 here = pathlib.Path.cwd().resolve()
-root = next(p for p in [here, *here.parents] if (p / "snippets" / "ch1_collective").is_dir())
+root = next((p for p in [here, *here.parents] if (p / "snippets" / "ch1_collective").is_dir()), None)
+if root is None:
+    raise RuntimeError("이 노트북은 저장소 안에서 실행해야 합니다 (snippets/ch1_collective/lab.py 를 import 합니다): "
+                       "저장소를 clone 한 뒤 docs/ch1-collective/ 에서 여십시오.")
 sys.path.insert(0, str(root))
 
 import numpy as np
