@@ -128,7 +128,8 @@ def _rabenseifner_core(data: np.ndarray, sim: Sim, ranks: np.ndarray) -> None:
 
 # --8<-- [start:fold]
 def _folded(x: np.ndarray, core) -> Sim:
-    """Run a power-of-two algorithm on any N (Thakur et al. 2005 §4's reduction to 2^⌊log₂N⌋).
+    """Run a power-of-two algorithm on any N, reducing to 2^⌊log₂N⌋ ranks as MPICH does
+    (src/mpi/coll/allreduce/allreduce_intra_recursive_doubling.c, …_reduce_scatter_allgather.c).
 
     With p = 2^⌊log₂N⌋ and q = N − p: in one extra step each even rank 2i < 2q sends its whole
     vector to 2i+1, which adds it; the p remaining ranks run `core`; in one more step each odd
@@ -467,7 +468,7 @@ def dbt_other_n(ns=(3, 5, 6, 7, 12, 100, 1000), segments: int = 1) -> list[dict]
 
 
 def fold_sweep(ns=(3, 5, 6, 7, 12, 100, 1000)) -> list[dict]:
-    """Non-powers of two: the fold of Thakur et al. §4 adds two steps."""
+    """Non-powers of two: the fold adds two steps and 2S on the critical path."""
     rows = []
     for n in ns:
         p = 1 << (n.bit_length() - 1)
@@ -477,6 +478,7 @@ def fold_sweep(ns=(3, 5, 6, 7, 12, 100, 1000)) -> list[dict]:
             sim = SIMULATORS[name](x)
             rows.append({"name": name, "N": n, "p": p, "S": count * 4, "correct": sim.correct(x),
                          "steps": sim.steps, "sent_max": int(sim.sent.max()), "recv_max": int(sim.recv.max()),
+                         "path_bytes": int(np.sum(sim.step_bytes)),
                          "f_steps_ceil": float(FORMULAS[name](n, 1.0, 1.0, 0.0))})
     return rows
 

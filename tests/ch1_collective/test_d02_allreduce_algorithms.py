@@ -109,6 +109,10 @@ def test_fold_for_non_powers_of_two():
         else:
             assert r["steps"] == 2 * k + 2 == r["f_steps_ceil"]  # 2⌈log₂N⌉ steps, but more bytes
             assert r["sent_max"] == 2 * (p - 1) * s // p + s
+            # MPICH's comment: (2⌊lg p⌋+2)α + (2(p−1)/p + 2)nβ
+            assert r["path_bytes"] == 2 * (p - 1) * s // p + 2 * s
+        if r["name"] == "recursive doubling":
+            assert r["path_bytes"] == (k + 2) * s
 
 
 def test_seed_three_metrics():
