@@ -1,0 +1,195 @@
+"""Ch5-04 ZeRO-3 — Parameter Sharding: the code the page runs and the tests import.
+
+The formulas (per-rank memory (4+K)ψ/N, communication 3ψ) live in snippets.common.zero_memory;
+this module adds what is specific to ZeRO-3: DeepSpeed's per-tensor padding and persistence
+rule, the per-layer gather/free schedule with and without prefetch, and the readers for the
+DeepSpeed measurements saved by gpu_runs/zero_bench.py.
+"""
+from __future__ import annotations
+
+import math
+
+from snippets.common import zero_memory as zm
+
+
+# --8<-- [start:formula]
+def zero3_terms(psi: float, n: int, k: float = zm.K_ADAM) -> dict[str, float]:
+    """Per-rank bytes of each model state under ZeRO-3: 2ψ/N, 2ψ/N, Kψ/N (shared formula)."""
+    return zm.zero_memory_breakdown(psi, n, 3, k)
+
+
+def comm_per_step(psi: float, n: int, stage: int, elem: int = 2) -> dict[str, float]:
+    """Bytes per optimizer step for one rank, for 16-bit params/grads (elem bytes each).
+
+    `volume` is the paper's count (units of ψ · elem): 2ψ for DP / ZeRO-1/2, 3ψ for ZeRO-3.
+    `sent` is what a ring implementation actually sends per rank: each all-gather or
+    reduce-scatter of S bytes sends (N−1)/N · S (Ch1-03), an all-reduce twice that.
+    """
+    volume = zm.zero_comm_volume(psi, stage) * elem
+    return {"volume": volume, "sent": volume * (n - 1) / n}
+# --8<-- [end:formula]
+
+
+# --8<-- [start:padding]
+def shard_numel(numel: int, n: int) -> int:
+    """DeepSpeed pads each parameter tensor to a multiple of N and gives every rank ceil(numel/N).
+
+    (deepspeed/runtime/zero/partition_parameters.py: _aligned_size = ds_numel + _padding_size,
+    partition_size = aligned_size // world_size.)
+    """
+    return math.ceil(numel / n)
+
+
+def predicted_rank_numel(numels, n: int, persistence_threshold: int = 100_000) -> dict[str, int]:
+    """Elements one rank holds under DeepSpeed ZeRO-3 for parameter tensors of sizes `numels`.
+
+    shards:     Σ ceil(numel_i / N) — every tensor is partitioned, the optimizer works on these
+    persistent: Σ numel_i over tensors with numel_i ≤ threshold — these also stay gathered in
+                full on every rank (param.ds_persist), so they are never all-gathered
+    ideal:      ψ / N, the formula's share
+    """
+    numels = list(numels)
+    psi = sum(numels)
+    shards = sum(shard_numel(x, n) for x in numels)
+    persistent = sum(x for x in numels if x <= persistence_threshold) if n > 1 else 0
+    return {"psi": psi, "shards": shards, "padding": shards * n - psi, "persistent": persistent,
+            "ideal": psi / n}
+# --8<-- [end:padding]
+
+
+# --8<-- [start:schedule]
+def zero3_schedule(layers: int, prefetch: bool):
+    """Event list of one ZeRO-3 step over `layers` layers, and the peak of gathered layers.
+
+    forward : gather(l) [+ gather(l+1) issued early when prefetching], compute(l), free(l)
+    backward: the same in reverse order, then reduce-scatter(grad l) after compute(l)
+    """
+    events, gathered, peak = [], set(), 0
+
+    def gather(phase, l):
+        nonlocal peak
+        if l not in gathered and 0 <= l < layers:
+            gathered.add(l)
+            events.append((phase, "all-gather", l))
+            peak = max(peak, len(gathered))
+
+    for phase, order in (("forward", range(layers)), ("backward", range(layers - 1, -1, -1))):
+        order = list(order)
+        for i, l in enumerate(order):
+            gather(phase, l)
+            if prefetch and i + 1 < len(order):
+                gather(phase, order[i + 1])
+            events.append((phase, "compute", l))
+            if phase == "backward":
+                events.append((phase, "reduce-scatter", l))
+            gathered.discard(l)
+            events.append((phase, "free", l))
+    return events, peak
+
+
+def count_events(events) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for phase, kind, _ in events:
+        out.setdefault(phase, {}).setdefault(kind, 0)
+        out[phase][kind] += 1
+    return out
+
+
+def layer_time(layers: int, t_compute: float, t_gather: float, prefetch: bool) -> float:
+    """Forward time of the schedule: gathers serialise with compute, or overlap the next layer's."""
+    if not prefetch:
+        return layers * (t_gather + t_compute)
+    return t_gather + (layers - 1) * max(t_compute, t_gather) + t_compute
+# --8<-- [end:schedule]
+
+
+# --8<-- [start:large_n]
+def large_n_rows(psis=(7e9, 70e9, 175e9), ns=(8, 16, 32, 64)):
+    """ZeRO-3 per-rank model states (GB and GiB) and comm per rank vs DP, from the formulas."""
+    rows = []
+    for psi in psis:
+        for n in ns:
+            m = zm.zero_memory_bytes(psi, n, 3)
+            z3, dp = comm_per_step(psi, n, 3), comm_per_step(psi, n, 0)
+            rows.append({"psi": psi, "N": n, "GB": m / zm.GB, "GiB": m / zm.GIB,
+                         "dp_GB": zm.zero_memory_bytes(psi, n, 0) / zm.GB,
+                         "sent_GB": z3["sent"] / zm.GB, "ratio": z3["sent"] / dp["sent"]})
+    return rows
+# --8<-- [end:large_n]
+
+
+# --8<-- [start:measured]
+def stage3_records(runs) -> list[tuple]:
+    """(result, stage-3 record) for every zero_bench results file, sorted by world size N."""
+    out = [(r, m) for r in runs for m in r.measurements if m["stage"] == 3]
+    return sorted(out, key=lambda rm: rm[1]["world_size"])
+
+
+def param_numels(params: dict) -> list[int]:
+    """zero_bench's model: `layers` × Linear(dim, dim) — a weight dim² and a bias dim per layer."""
+    return [params["dim"] ** 2, params["dim"]] * params["layers"]
+
+
+def memory_rows(runs, k: int = zm.K_ADAM) -> list[dict]:
+    """Measured per-rank bytes under ZeRO-3 next to (4+K)ψ/N and to DeepSpeed's padded shard sizes.
+
+    grads_peak_predicted: this rank's gradient partition (2 bytes × its shard elements), plus the
+    reduce bucket (one layer's full 16-bit gradient, reduce_bucket_size = one layer here), plus the
+    next weight's full gradient that autograd has produced but not yet copied into the bucket.
+    """
+    rows = []
+    for r, m in stage3_records(runs):
+        n, psi = m["world_size"], m["psi"]
+        numels = param_numels(r.params)
+        pred = predicted_rank_numel(numels, n, r.params["zero_config"]["3"]["stage3_param_persistence_threshold"])
+        formula = zero3_terms(psi, n, k)
+        mine = m["per_rank_bytes"]
+        layer = r.params["dim"] ** 2 + r.params["dim"]
+        rows.append({
+            "N": n, "psi": psi,
+            "measured": mine, "formula": formula,
+            "padded": {"params": 2 * pred["shards"], "grads": 2 * pred["shards"], "optimizer": k * pred["shards"]},
+            "padding_elements": pred["padding"],
+            "padding_measured": [x["padding_elements"] for x in m["per_rank_bytes_all"]],
+            "grads_after_backward": [x["grads_end_of_backward"] for x in m["per_rank_bytes_all"]],
+            "grads_peak_predicted": 2 * pred["shards"] + 2 * layer + 2 * r.params["dim"] ** 2,
+            "ranks_equal": all(x[key] == mine[key] for x in m["per_rank_bytes_all"] for key in mine),
+            "step_counters": m["per_rank_bytes_all"][0]["optimizer_parts"]["step"],
+        })
+    return rows
+
+
+def comm_rows(runs, elem: int = 2) -> list[dict]:
+    """Bytes per step of each collective (the op's size S, summed over calls) against eψ per op, 3eψ in all."""
+    rows = []
+    for r, m in stage3_records(runs):
+        n, psi = m["world_size"], m["psi"]
+        c = m["comm"]
+        ag, rs = c.get("all_gather_into_tensor", {}), c.get("reduce_scatter_tensor", {})
+        model_ops = {"all_gather_into_tensor", "reduce_scatter_tensor"}
+        rows.append({
+            "N": n, "psi": psi,
+            "ag_calls": ag.get("calls", 0), "ag_bytes": ag.get("bytes", 0),
+            "rs_calls": rs.get("calls", 0), "rs_bytes": rs.get("bytes", 0),
+            "total_S": ag.get("bytes", 0) + rs.get("bytes", 0),
+            "predicted_S": zm.zero_comm_volume(psi, 3) * elem,
+            "sent_per_rank": (ag.get("bytes", 0) + rs.get("bytes", 0)) * (n - 1) / n,
+            "predicted_sent": comm_per_step(psi, n, 3, elem)["sent"],
+            "other": {op: v for op, v in c.items() if op not in model_ops},
+            "by_phase": m["comm_by_phase"],
+        })
+    return rows
+
+
+def allgather_rows(runs) -> list[dict]:
+    """All-gather calls counted in forward and backward against the schedule of Definition 5.4.2."""
+    rows = []
+    for r, m in stage3_records(runs):
+        layers = m["zero3_allgathers"]["layers"]
+        model = count_events(zero3_schedule(layers, prefetch=False)[0])
+        rows.append({"N": m["world_size"], "layers": layers,
+                     "forward": m["zero3_allgathers"]["forward"], "backward": m["zero3_allgathers"]["backward"],
+                     "model_forward": model["forward"]["all-gather"], "model_backward": model["backward"]["all-gather"],
+                     "rs_calls": m["comm"].get("reduce_scatter_tensor", {}).get("calls", 0)})
+    return rows
+# --8<-- [end:measured]

@@ -1,0 +1,157 @@
+"""Ch5-04 ZeRO-3 — Parameter Sharding: each test asserts a claim the page makes."""
+import pytest
+
+from snippets.ch5_zero_sharding import d04_zero_3 as page
+from snippets.common import zero_memory as zm
+
+
+@pytest.mark.parametrize("psi,n", [(70e9, 16), (7e9, 8), (13e9, 32), (1024, 4)])
+def test_zero3_memory_is_4_plus_k_over_n(psi, n):
+    """Theorem 5.4.3: 2ψ/N + 2ψ/N + Kψ/N = (4+K)ψ/N = 16ψ/N."""
+    terms = page.zero3_terms(psi, n)
+    assert terms == pytest.approx({"params": 2 * psi / n, "grads": 2 * psi / n, "optimizer": 12 * psi / n})
+    assert sum(terms.values()) == pytest.approx((4 + zm.K_ADAM) * psi / n) == pytest.approx(16 * psi / n)
+    # the syllabus's "(2+K+16)ψ/N" = 30ψ/N is not ZeRO-3's memory
+    assert zm.zero_memory_bytes(psi, n, 3) != pytest.approx((2 + 12 + 16) * psi / n)
+
+
+def test_70b_16_is_70_gb_model_states():
+    assert zm.zero_memory_bytes(70e9, 16, 3) / zm.GB == pytest.approx(70.0)
+    assert round(zm.zero_memory_bytes(70e9, 16, 3) / zm.GIB, 1) == 65.2
+
+
+@pytest.mark.parametrize("n", [2, 4, 8, 64])
+def test_comm_is_one_and_a_half_dp(n):
+    """Theorem 5.4.4: 3(N−1)/N·eψ vs 2(N−1)/N·eψ."""
+    psi = 1e9
+    z3, dp = page.comm_per_step(psi, n, 3), page.comm_per_step(psi, n, 0)
+    assert z3["volume"] == 3 * 2 * psi and dp["volume"] == 2 * 2 * psi
+    assert z3["sent"] == pytest.approx(3 * (n - 1) / n * 2 * psi)
+    assert z3["sent"] / dp["sent"] == pytest.approx(1.5)
+    for s in (1, 2):
+        assert page.comm_per_step(psi, n, s)["sent"] == dp["sent"]
+
+
+def test_padding_rule():
+    """DeepSpeed gives every rank ceil(numel/N) elements of every tensor."""
+    r = page.predicted_rank_numel([10, 7, 4096], 4, persistence_threshold=0)
+    assert r["shards"] == 3 + 2 + 1024
+    assert r["padding"] == r["shards"] * 4 - r["psi"] == 2 + 1
+    assert r["persistent"] == 0
+    r = page.predicted_rank_numel([10, 7, 4096], 4, persistence_threshold=100)
+    assert r["persistent"] == 17
+    assert page.predicted_rank_numel([10, 7], 1)["persistent"] == 0
+
+
+@pytest.mark.parametrize("layers", [1, 3, 8])
+def test_schedule_counts_and_peak(layers):
+    """Definition 5.4.2 / Lemma 5.4.5: one gather per layer per pass; peak 1 or 2 gathered layers."""
+    for prefetch, peak_want in ((False, 1), (True, min(2, layers))):
+        events, peak = page.zero3_schedule(layers, prefetch)
+        c = page.count_events(events)
+        assert c["forward"]["all-gather"] == c["backward"]["all-gather"] == layers
+        assert c["backward"]["reduce-scatter"] == layers
+        assert peak == peak_want
+        # every compute happens while its layer is gathered
+        gathered = set()
+        for phase, kind, l in events:
+            if kind == "all-gather":
+                gathered.add(l)
+            elif kind == "free":
+                gathered.discard(l)
+            elif kind == "compute":
+                assert l in gathered
+
+
+def test_prefetch_time_model():
+    """Lemma 5.4.5: prefetch hides all gathers but the first when t_g ≤ t_c; no gain in throughput when t_g > t_c."""
+    assert page.layer_time(80, 1.0, 0.5, True) == pytest.approx(80 + 0.5)
+    assert page.layer_time(80, 1.0, 0.5, False) == pytest.approx(80 * 1.5)
+    assert page.layer_time(80, 1.0, 2.0, True) == pytest.approx(2 + 79 * 2 + 1)
+
+
+def test_large_n_table():
+    """Experiment 4: memory halves with N, the comm ratio is 1.5 everywhere, comm → 3eψ."""
+    rows = page.large_n_rows()
+    for a, b in zip(rows, rows[1:]):
+        if a["psi"] == b["psi"]:
+            assert b["GB"] == pytest.approx(a["GB"] * a["N"] / b["N"])
+            assert b["sent_GB"] > a["sent_GB"]
+    assert all(r["ratio"] == pytest.approx(1.5) for r in rows)
+    r7 = [r for r in rows if r["psi"] == 7e9]
+    assert r7[-1]["sent_GB"] < 3 * 2 * 7 == 42
+
+
+def test_paper_figure_1_numbers():
+    """Exercise 3: 7.5B, N = 64 → 120 / 31.4 / 16.6 / 1.9 GB."""
+    got = [round(zm.zero_memory_bytes(7.5e9, 64, s) / zm.GB, 1) for s in range(4)]
+    assert got == [120.0, 31.4, 16.6, 1.9]
+
+
+# ---------------------------------------------------------------- committed DeepSpeed results
+
+def _runs():
+    from snippets import results
+    return results.load("zero_bench", kind="cpu")
+
+
+def test_measured_resident_bytes_equal_formula():
+    """Experiment 1: shard, gradient partition and optimizer state are 2ψ/N, 2ψ/N, Kψ/N exactly (no padding here)."""
+    rows = page.memory_rows(_runs())
+    assert {r["N"] for r in rows} >= {1, 2, 4}
+    for r in rows:
+        assert r["ranks_equal"]
+        assert r["padding_elements"] == max(r["padding_measured"]) == 0
+        assert r["measured"]["params"] == r["formula"]["params"] == r["padded"]["params"]
+        assert r["measured"]["optimizer"] == r["formula"]["optimizer"]
+        assert all(g == r["formula"]["grads"] for g in r["grads_after_backward"])
+
+
+def test_measured_gradient_peak_is_explained():
+    """Experiment 1: backward peak = partition + one layer in the bucket + the next weight's full gradient."""
+    for r in page.memory_rows(_runs()):
+        if r["N"] > 1:
+            assert r["measured"]["grads"] == r["grads_peak_predicted"]
+
+
+def test_measured_comm_is_3_psi():
+    """Experiment 2: AllGather 2eψ + ReduceScatter eψ = 3eψ for N ≥ 2; the rest is ψ-independent control traffic."""
+    for r in page.comm_rows(_runs()):
+        if r["N"] < 2:  # the page: no AllGather, the ReduceScatter's S sums to eψ, nothing is sent
+            assert r["ag_calls"] == 0 and r["total_S"] == 2 * r["psi"] and r["sent_per_rank"] == 0
+            continue
+        assert r["ag_bytes"] == 2 * 2 * r["psi"]
+        assert r["rs_bytes"] == 2 * r["psi"]
+        assert r["total_S"] == r["predicted_S"]
+        assert r["sent_per_rank"] == pytest.approx(r["predicted_sent"])
+        assert sum(v["bytes"] for v in r["other"].values()) < 0.01 * r["total_S"]
+        step = r["by_phase"].get("step", {})
+        assert "all_gather_into_tensor" not in step and "reduce_scatter_tensor" not in step
+
+
+def test_measured_one_allgather_per_layer_per_pass():
+    """Experiment 3: forward and backward each gather every layer exactly once, as the schedule says."""
+    for r in page.allgather_rows(_runs()):
+        assert r["rs_calls"] == r["layers"]
+        if r["N"] < 2:  # the page: nothing to gather at N = 1
+            assert r["forward"] == r["backward"] == 0
+            continue
+        assert r["forward"] == r["model_forward"] == r["layers"]
+        assert r["backward"] == r["model_backward"] == r["layers"]
+
+
+@pytest.mark.dist
+def test_tiny_zero3_run_matches_theorems(run_tiny):
+    """A fresh 2-process DeepSpeed ZeRO-3 run (tiny preset) shows Theorems 5.4.3 and 5.4.4."""
+    from snippets.results import Result
+    from pathlib import Path
+
+    data, took = run_tiny("zero_bench", 2, ["--stages", "3"], timeout=120)
+    run = Result(Path("tiny.json"), data)
+    (mem,) = page.memory_rows([run])
+    assert mem["measured"]["params"] == mem["formula"]["params"]
+    assert mem["measured"]["optimizer"] == mem["formula"]["optimizer"]
+    (comm,) = page.comm_rows([run])
+    assert comm["total_S"] == comm["predicted_S"]
+    (ag,) = page.allgather_rows([run])
+    assert ag["forward"] == ag["backward"] == ag["layers"]
