@@ -332,3 +332,26 @@ def large_memory_figure(rows: list[dict]):
     ax.set_title(f"ψ = {psi / 1e9:.2f} × 10⁹, bf16 계산 + fp32 Adam")
     ax.legend(fontsize=7)
     return figures.svg(fig)
+
+
+# --8<-- [start:gather_time]
+def gloo_allgather_fit(n: int = 2) -> tuple[float, float]:
+    """α, β of the ring all-gather cost (N−1)α + (N−1)/N·S·β fitted to the committed gloo all_gather runs."""
+    from snippets.common import alphabeta as ab
+
+    run = next(r for r in results.load("collectives_bench", kind="cpu") if r.hardware["world_size"] == n)
+    rows = [m for m in run.measurements if m["op"] == "all_gather"]
+    sizes = [m["bytes"] for m in rows]
+    alpha, beta, _ = ab.fit_alpha_beta([n - 1] * len(rows), [(n - 1) / n * s for s in sizes],
+                                       [m["time_us_median"] * 1e-6 for m in rows])
+    return alpha, beta
+
+
+def backward_gather_seconds(run, alpha: float, beta: float) -> float:
+    """α-β time of the backward all-gathers that reshard_after_forward=True adds (one per group)."""
+    m, n = run.measurements, run.hardware["world_size"]
+    groups: dict[str, list[dict]] = {}
+    for p in m["params"]:
+        groups.setdefault(group_of(p["name"]), []).append(p)
+    return sum((n - 1) * alpha + (n - 1) / n * 4 * padded_numel(ps, n) * beta for ps in groups.values())
+# --8<-- [end:gather_time]

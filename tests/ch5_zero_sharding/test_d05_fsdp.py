@@ -185,3 +185,14 @@ def test_fsdp_bench_tiny_preset_for_real(run_tiny):
     rows = m["large_fake_world"]["rows"]
     assert [r["N"] for r in rows] == [2, 3]
     assert rows[0]["fsdp2_bytes"] == rows[0]["zero3_bytes"]  # 2 divides every dim-0 of the tiny model
+
+
+def test_cpu_step_times_cannot_rank_the_configs():
+    """Experiment 3's reading: the predicted backward all-gather time is below the timing noise."""
+    run = _runs()[2]
+    alpha, beta = page.gloo_allgather_fit(2)
+    assert alpha > 0 and beta > 0
+    extra = page.backward_gather_seconds(run, alpha, beta) * 1e3
+    spread = [c["step_ms_median"] - c["step_ms_min"] for c in run.measurements["configs"]]
+    assert min(spread) > extra > 0
+    assert "step_ms_median" not in _runs()[4].measurements["configs"][0]  # 4 processes: counts only
