@@ -1,0 +1,160 @@
+"""Ch5-02 ZeRO-1 — Optimizer State Sharding: the code the page runs and the tests import.
+
+The memory and communication formulas come from snippets.common.zero_memory (never redefined
+here). The DeepSpeed numbers come from the committed results of gpu_runs/zero_bench.py
+(DeepSpeed 0.19.8, bf16, torch.optim.Adam, CPU + gloo, N = 1, 2, 4). Ch5-03 imports the loaders.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from snippets import results
+from snippets.common import zero_memory as zm
+from snippets.common.alphabeta import BUSBW_FACTOR
+
+ELEM = 2            # bytes per 16-bit element (bf16 params and grads), e in the page
+ALIGN = 2           # DeepSpeed stage_1_and_2.py: nccl_start_alignment_factor = 2 (4-byte alignment / 2 B)
+PROGRAM = "zero_bench"
+BIG_OPS = ("all_reduce", "reduce", "reduce_scatter_tensor", "all_gather_into_tensor")
+RING_FACTOR = {"all_reduce": BUSBW_FACTOR["all_reduce"], "reduce": BUSBW_FACTOR["reduce_scatter"],
+               "reduce_scatter_tensor": BUSBW_FACTOR["reduce_scatter"],
+               "all_gather_into_tensor": BUSBW_FACTOR["all_gather"], "broadcast": BUSBW_FACTOR["broadcast"]}
+
+
+# --8<-- [start:equivalence]
+def zero1_vs_dp(psi: int = 1_000, n: int = 4, steps: int = 3, seed: int = 0) -> dict:
+    """One model, N ranks, `steps` Adam steps, done twice on the same per-rank gradients:
+    DP   — every rank averages all gradients and runs Adam on the whole vector (state 3 × ψ each);
+    ZeRO-1 — gradients reduce-scattered, rank r runs Adam on its ψ/N slice only, then all-gather.
+    Returns the largest difference between the two parameter vectors and the state sizes."""
+    gen = torch.Generator().manual_seed(seed)
+    theta0 = torch.randn(psi, generator=gen)
+    grads = [torch.randn(n, psi, generator=gen) for _ in range(steps)]   # grads[t][r] = rank r's gradient
+
+    dp = theta0.clone().requires_grad_(True)                              # data parallel: full Adam
+    opt_dp = torch.optim.Adam([dp], lr=1e-2)
+    shards = [s.clone().requires_grad_(True) for s in theta0.chunk(n)]   # ZeRO-1: rank r owns shard r
+    opts = [torch.optim.Adam([s], lr=1e-2) for s in shards]
+    for g in grads:
+        mean = g.sum(0) / n                                               # all-reduce (sum) ÷ N
+        dp.grad = mean.clone()
+        opt_dp.step()
+        for r, (s, o) in enumerate(zip(shards, opts)):                    # reduce-scatter: slice r of the sum
+            s.grad = mean.chunk(n)[r].clone()
+            o.step()                                                      # Adam on ψ/N elements only
+    gathered = torch.cat([s.detach() for s in shards])                    # all-gather the updated slices
+    state = lambda o: sum(t.numel() for st in o.state.values() for k, t in st.items() if k != "step")
+    return {"max_abs_diff": float((gathered - dp.detach()).abs().max()),
+            "bitwise_equal": bool(torch.equal(gathered, dp.detach())),
+            "state_elems_dp": state(opt_dp), "state_elems_per_rank": [state(o) for o in opts]}
+# --8<-- [end:equivalence]
+
+
+# --8<-- [start:predict]
+def predict_rows(models=((1.5e9, 64), (7e9, 8), (13e9, 16), (70e9, 16), (175e9, 64), (70e9, 1024))):
+    """Stage 0 vs stage 1 per-rank model states (GB = 1e9 B) from the shared formula module."""
+    rows = []
+    for psi, n in models:
+        m0, m1 = (zm.zero_memory_bytes(psi, n, s) for s in (0, 1))
+        b = zm.zero_memory_breakdown(psi, n, 1)
+        rows.append({"psi": psi, "N": n, "stage0_GB": m0 / zm.GB, "stage1_GB": m1 / zm.GB,
+                     "params_GB": b["params"] / zm.GB, "grads_GB": b["grads"] / zm.GB,
+                     "optimizer_GB": b["optimizer"] / zm.GB, "saved_GB": (m0 - m1) / zm.GB,
+                     "ratio": m0 / m1, "limit_ratio": (4 + zm.K_ADAM) / 4})
+    return rows
+# --8<-- [end:predict]
+
+
+# --8<-- [start:deepspeed_rule]
+def flat_padding(psi: int, n: int) -> int:
+    """Elements DeepSpeed appends to the flat 16-bit buffer so it splits into N aligned partitions:
+    the buffer is padded to a multiple of ALIGN·N (stage_1_and_2.py, `alignment`)."""
+    return (-psi) % (ALIGN * n)
+
+
+def stage12_predicted(psi: int, n: int, stage: int, k: int = zm.K_ADAM) -> dict:
+    """Per-rank bytes DeepSpeed should hold under stage 1 or 2, padding included.
+    params: the whole flat buffer; optimizer: K bytes for each element of the rank's partition;
+    grads_rest: the rank's gradient partition after the reduction (stage 1 and 2 alike);
+    grads_formula: the formula's gradient term (2ψ for stage 1, 2ψ/N for stage 2)."""
+    padded = psi + flat_padding(psi, n)
+    part = padded // n
+    return {"params": ELEM * padded, "optimizer": k * part, "grads_rest": ELEM * part,
+            "grads_formula": zm.zero_memory_breakdown(psi, n, stage)["grads"],
+            "formula_total": zm.zero_memory_bytes(psi, n, stage)}
+# --8<-- [end:deepspeed_rule]
+
+
+def runs(kind: str = "cpu"):
+    """Every committed zero_bench results file, sorted by world size N."""
+    return sorted(results.load(PROGRAM, kind=kind), key=lambda r: r.hardware["world_size"])
+
+
+def record(run, stage: int) -> dict:
+    return next(m for m in run.measurements if m["stage"] == stage)
+
+
+# --8<-- [start:measured]
+def memory_rows(stage: int, runs_=None) -> list[dict]:
+    """Measured per-rank bytes (every rank) next to the formula and DeepSpeed's padded rule."""
+    rows = []
+    for run in runs_ or runs():
+        rec = record(run, stage)
+        psi, n = rec["psi"], rec["world_size"]
+        pred = stage12_predicted(psi, n, stage)
+        for r in rec["per_rank_bytes_all"]:
+            rows.append({"N": n, "rank": r["rank"], "psi": psi,
+                         "params": r["params"], "params_pred": pred["params"],
+                         "optimizer": r["optimizer"], "optimizer_pred": pred["optimizer"],
+                         "grads_peak": r["grads"], "grads_rest": r["grads_end_of_backward"],
+                         "grads_rest_pred": pred["grads_rest"], "grads_formula": pred["grads_formula"],
+                         "padding": r["padding_elements"], "padding_pred": flat_padding(psi, n),
+                         "bucket": r["reduce_bucket"],
+                         "step_counters": r["optimizer_parts"]["step"]})
+    return rows
+# --8<-- [end:measured]
+
+
+# --8<-- [start:comm]
+def ring_bytes(comm: dict, n: int) -> float:
+    """Bytes one rank sends for these collectives with bandwidth-optimal (ring) algorithms:
+    S·2(N−1)/N for all_reduce, S·(N−1)/N for reduce-scatter, all-gather and N rotating reduces."""
+    return sum(RING_FACTOR[op](n) * v["bytes"] for op, v in comm.items())
+
+
+def split_traffic(rec: dict, variant: bool = False) -> tuple[dict, dict]:
+    """(gradient and parameter traffic, control messages) of one instrumented step.
+    Control messages are the step's tiny all_reduces: the overflow flag (1 B, uint8, MAX) and the
+    squared gradient norm (4 B, fp32, SUM) of stage_1_and_2.py has_overflow / get_grad_norm_direct."""
+    if variant:
+        comm = rec["comm_variant_reduce"]["comm"]
+        return ({op: v for op, v in comm.items() if op != "all_reduce"},
+                {op: v for op, v in comm.items() if op == "all_reduce"})
+    ph = rec["comm_by_phase"]
+    data = {op: dict(v) for op, v in ph.get("backward", {}).items()}
+    control = {}
+    for op, v in ph.get("step", {}).items():
+        (control if op == "all_reduce" else data)[op] = dict(v)
+    return data, control
+
+
+def comm_rows(stage: int, runs_=None) -> list[dict]:
+    """Per step: each collective's calls and size S (summed over calls) against the paper's 2ψ·e."""
+    rows = []
+    for run in runs_ or runs():
+        rec = record(run, stage)
+        psi, n = rec["psi"], rec["world_size"]
+        variants = [("default (use_multi_rank_bucket_allreduce=True)", False)]
+        if "comm_variant_reduce" in rec:
+            variants.append(("use_multi_rank_bucket_allreduce=False", True))
+        for name, alt in variants:
+            data, control = split_traffic(rec, alt)
+            paper = zm.zero_comm_volume(psi, stage) * ELEM * (n - 1) / n      # 2ψ·e·(N−1)/N
+            sent = ring_bytes(data, n)
+            rows.append({"N": n, "variant": name, "psi": psi, "data": data, "control": control,
+                         "S_total": sum(v["bytes"] for v in data.values()), "psi_e": psi * ELEM,
+                         "ring_sent": sent, "paper_sent": paper,
+                         "ratio": sent / paper if paper else float("nan")})
+    return rows
+# --8<-- [end:comm]
