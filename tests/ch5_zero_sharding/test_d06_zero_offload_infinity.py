@@ -148,6 +148,26 @@ def test_gpu_section_states_absence_or_renders_a_gpu_file():
                       for row in ok)
 
 
+def test_gpu_path_memcpy_parser_on_a_kineto_like_trace(monkeypatch):
+    """Experiment 4's GPU path: memcpy bytes are summed from the trace's gpu_memcpy events by direction."""
+    import json
+    import sys
+
+    from gpu_runs import offload_bench
+
+    class FakeProfile:
+        def export_chrome_trace(self, path):
+            ev = [{"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pinned)", "args": {"bytes": 1000}},
+                  {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pageable)", "args": {"bytes": 24}},
+                  {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "args": {"bytes": 512}},
+                  {"ph": "X", "cat": "kernel", "name": "gemm", "args": {}}]
+            with open(path, "w") as f:
+                json.dump({"traceEvents": ev}, f)
+
+    assert offload_bench.memcpy_bytes(FakeProfile()) == {"DtoH": 1024, "HtoD": 512, "DtoD": 0}
+    assert "gpu_runs.offload_bench" in sys.modules
+
+
 @pytest.mark.dist
 def test_tiny_preset_really_offloads(run_tiny):
     """The program, launched for real (2 gloo processes): offload works without compiled ops."""
@@ -162,4 +182,5 @@ def test_tiny_preset_really_offloads(run_tiny):
         assert states["adam_m"]["numel"] == states["adam_v"]["numel"] == psi // 2
         assert states["master_fp32"]["bytes"] == 4 * psi // 2
         assert not rows[(rank, "zero3_offload_nvme")]["ok"]
+    assert took < 120  # GUIDE: < 30 s on an idle 2-core machine; the bound leaves room for a shared one
     print(f"tiny offload_bench: {took:.1f} s")
