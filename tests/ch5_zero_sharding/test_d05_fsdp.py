@@ -196,3 +196,39 @@ def test_cpu_step_times_cannot_rank_the_configs():
     spread = [c["step_ms_median"] - c["step_ms_min"] for c in run.measurements["configs"]]
     assert min(spread) > extra > 0
     assert "step_ms_median" not in _runs()[4].measurements["configs"][0]  # 4 processes: counts only
+
+
+def test_fsdp2_api_names_the_page_uses():
+    """The FSDP2 API as the page names it exists in the installed torch (2.13)."""
+    import inspect
+
+    fsdp = pytest.importorskip("torch.distributed.fsdp")
+    sig = inspect.signature(fsdp.fully_shard)
+    assert {"mesh", "reshard_after_forward", "mp_policy", "offload_policy"} <= set(sig.parameters)
+    assert {"param_dtype", "reduce_dtype", "output_dtype", "cast_forward_inputs"} <= set(
+        fsdp.MixedPrecisionPolicy.__dataclass_fields__)
+    for name in ("set_modules_to_forward_prefetch", "set_modules_to_backward_prefetch", "set_reshard_after_forward",
+                 "unshard", "reshard"):
+        assert hasattr(fsdp.FSDPModule, name)
+    assert issubclass(fsdp.CPUOffloadPolicy, fsdp.OffloadPolicy)
+    import torch.distributed as dist
+
+    assert hasattr(dist, "all_gather_single") and hasattr(dist, "reduce_scatter_single")
+    from torch.distributed.fsdp import _limiter_utils
+
+    assert _limiter_utils._FreeEventQueue()._max_num_inflight_all_gathers == 2  # FSDP1's rate limiter
+
+
+def test_deepspeed_facts_in_the_comparison_table():
+    """🔗 table: ZeRO-3 defaults and removed features, read from the installed DeepSpeed's config classes."""
+    zc = pytest.importorskip("deepspeed.runtime.zero.config")
+    fields = zc.DeepSpeedZeroConfig.model_fields
+    assert fields["prefetch_bucket_size"].default == 5e7
+    assert fields["param_persistence_threshold"].default == page.DS_PERSISTENCE_THRESHOLD
+    assert zc.DeepSpeedZeroConfig(stage=3).overlap_comm is True
+    assert "zero_hpz_partition_size" in fields and "offload_param" in fields
+    from deepspeed.runtime import config as dsc
+    from deepspeed.runtime.zero.offload_config import OffloadDeviceEnum
+
+    assert "mics_shard_size" in dsc._REMOVED_ZERO_CONFIG_KEYS
+    assert OffloadDeviceEnum.nvme.value == "nvme"
