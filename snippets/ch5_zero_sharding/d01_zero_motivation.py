@@ -16,7 +16,7 @@ from torch.utils._pytree import tree_flatten
 from snippets.common import zero_memory as zm
 
 SEED = 0
-WIDTH = 128          # hidden size h of the toy MLP blocks
+WIDTH = 64           # hidden size h of the toy MLP blocks
 DEPTH = 2            # number of MLP blocks
 TOKENS = 64          # b·s tokens in the toy batch
 

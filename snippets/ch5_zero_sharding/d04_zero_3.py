@@ -193,3 +193,32 @@ def allgather_rows(runs) -> list[dict]:
                      "rs_calls": m["comm"].get("reduce_scatter_tensor", {}).get("calls", 0)})
     return rows
 # --8<-- [end:measured]
+
+
+# --8<-- [start:figure]
+def memory_figure(runs) -> str:
+    """Measured per-rank bytes (stacked: params, grads after backward, optimizer) vs (4+K)ψ/N, and the grad peak."""
+    from snippets.common import figures
+
+    rows = memory_rows(runs)
+    fig, ax = figures.new(6.5, 3.6)
+    xs = [str(r["N"]) for r in rows]
+    bottom = [0.0] * len(rows)
+    parts = (("params", lambda r: r["measured"]["params"], "#4c72b0"),
+             ("grads (backward 뒤)", lambda r: r["grads_after_backward"][0], "#dd8452"),
+             ("optimizer", lambda r: r["measured"]["optimizer"], "#55a868"))
+    for label, get, color in parts:
+        vals = [get(r) / 2 ** 20 for r in rows]
+        ax.bar(xs, vals, bottom=bottom, color=color, label=f"측정: {label}")
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    for i, r in enumerate(rows):
+        ax.hlines(sum(r["formula"].values()) / 2 ** 20, i - 0.42, i + 0.42, colors="k", linewidth=2,
+                  label="(4+K)ψ/N" if i == 0 else None)
+    ax.plot(xs, [(r["measured"]["params"] + r["measured"]["grads"] + r["measured"]["optimizer"]) / 2 ** 20
+                 for r in rows], "rv", label="grads 를 backward 중 peak 로 바꾼 합")
+    ax.set_xlabel("N (processes)")
+    ax.set_ylabel("rank 당 bytes (MiB = 2^20 B)")
+    ax.set_title(f"DeepSpeed ZeRO-3, ψ = {rows[0]['psi']:,}")
+    ax.legend(fontsize=8)
+    return figures.svg(fig)
+# --8<-- [end:figure]

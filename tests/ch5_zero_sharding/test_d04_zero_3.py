@@ -155,3 +155,7 @@ def test_tiny_zero3_run_matches_theorems(run_tiny):
     assert comm["total_S"] == comm["predicted_S"]
     (ag,) = page.allgather_rows([run])
     assert ag["forward"] == ag["backward"] == ag["layers"]
+
+
+def test_memory_figure_is_svg():
+    assert page.memory_figure(_runs()).startswith('<figure class="book-figure"><svg')
