@@ -35,7 +35,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpu_runs import harness  # noqa: E402
 from gpu_runs.comm_counter import CommCounter  # noqa: E402
-from snippets.ch5_zero_sharding.d05_fsdp import LLAMA7B_LIKE, large_model_rows  # noqa: E402
+from snippets.ch5_zero_sharding.d05_fsdp import LLAMA7B_LIKE, hsdp_rows, large_model_rows  # noqa: E402
 
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # noqa: E402
 from torch.distributed.tensor import DTensor  # noqa: E402
@@ -45,11 +45,12 @@ PRESETS = {
     # d: width; layers: blocks; batch: rows per rank; iters/warmup: timed steps
     # large: a model sharded in ONE process on a fake world of each size (meta device, fake PG)
     "tiny": {"d": 32, "layers": 2, "batch": 4, "warmup": 1, "iters": 2,
-             "large": {"cfg": {"d": 64, "layers": 2, "ff": 172, "vocab": 1000}, "ns": [2, 3]}},
+             "large": {"cfg": {"d": 64, "layers": 2, "ff": 172, "vocab": 1000}, "ns": [2, 3],
+                       "hsdp": {"n": 4, "shards": [2, 4]}}},
     "full": {"d": 250, "layers": 4, "batch": 32, "warmup": 3, "iters": 40,
-             "large": {"cfg": LLAMA7B_LIKE, "ns": [8, 16, 32, 48, 64]}},
+             "large": {"cfg": LLAMA7B_LIKE, "ns": [8, 16, 32, 48, 64], "hsdp": {"n": 64, "shards": [8, 16, 64]}}},
     "gpu": {"d": 1024, "layers": 8, "batch": 64, "warmup": 5, "iters": 50,
-            "large": {"cfg": LLAMA7B_LIKE, "ns": [8, 16, 32, 48, 64]}},
+            "large": {"cfg": LLAMA7B_LIKE, "ns": [8, 16, 32, 48, 64], "hsdp": {"n": 64, "shards": [8, 16, 64]}}},
 }
 # (name, reshard_after_forward for blocks and root, param_dtype of MixedPrecisionPolicy)
 CONFIGS = [
@@ -244,10 +245,11 @@ def main(argv=None) -> int:
                         help="skip the timed steps (counts only; use when processes > cores)")
     args = parser.parse_args(argv)
     cfg = PRESETS[args.preset]
-    large = None
+    large = hsdp = None
     if os.environ.get("RANK") == "0" and "WORLD_SIZE" in os.environ:
         # before joining the real group: rank 0 alone plays rank 0 and rank N−1 of fake worlds
         large = large_model_rows(cfg["large"]["ns"], cfg["large"]["cfg"])
+        hsdp = hsdp_rows(cfg["large"]["hsdp"]["n"], cfg["large"]["hsdp"]["shards"], cfg["large"]["cfg"])
     env = harness.init(min_world_size=2)
     n = env.world_size
     timing = not args.no_timing
@@ -271,7 +273,7 @@ def main(argv=None) -> int:
         "per_rank_bytes": [sum(v) * shards[0]["element_size"] for v in every],
         "configs": configs,
         "prefetch": orders,
-        "large_fake_world": {"cfg": cfg["large"]["cfg"], "rows": large},
+        "large_fake_world": {"cfg": cfg["large"]["cfg"], "rows": large, "hsdp": hsdp},
     }
     if env.is_main:
         for c in configs:

@@ -169,8 +169,11 @@ def llama_like_meta(d: int, layers: int, ff: int, vocab: int):
 
 
 @contextmanager
-def fake_world(n: int, rank: int = 0):
-    """One process that *believes* it is rank `rank` of `n` (torch's fake process group)."""
+def fake_world(n: int, rank: int = 0, replicate: int = 1):
+    """One process that *believes* it is rank `rank` of `n` (torch's fake process group).
+
+    Yields a 1-D mesh of n ranks, or with replicate > 1 the HSDP mesh (replicate, n // replicate).
+    """
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -179,16 +182,19 @@ def fake_world(n: int, rank: int = 0):
         raise RuntimeError("a process group is already initialised in this process")
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=n)
     try:
-        yield init_device_mesh("cpu", (n,))
+        if replicate == 1:
+            yield init_device_mesh("cpu", (n,))
+        else:
+            yield init_device_mesh("cpu", (replicate, n // replicate), mesh_dim_names=("replicate", "shard"))
     finally:
         dist.destroy_process_group()
 
 
-def fsdp2_local_numel(n: int, rank: int = 0, cfg: dict = LLAMA7B_LIKE) -> dict:
+def fsdp2_local_numel(n: int, rank: int = 0, cfg: dict = LLAMA7B_LIKE, replicate: int = 1) -> dict:
     """fully_shard every block and the root on a world of n; read this rank's DTensor shards."""
     from torch.distributed.fsdp import fully_shard
 
-    with fake_world(n, rank) as mesh:
+    with fake_world(n, rank, replicate) as mesh:
         model = llama_like_meta(**cfg)
         for block in model.blocks:
             fully_shard(block, mesh=mesh)
@@ -221,6 +227,17 @@ def large_model_rows(ns=(8, 16, 32, 48, 64), cfg: dict = LLAMA7B_LIKE) -> list[d
                      "fsdp2_bytes": fsdp2_persistent_bytes(first["local"]),
                      "zero3_bytes": zm.zero_memory_bytes(psi, n, 3),
                      "block_psi": first["block_psi"], "root_psi": first["root_psi"]})
+    return rows
+
+
+def hsdp_rows(n: int = 64, shard_sizes=(8, 16, 64), cfg: dict = LLAMA7B_LIKE) -> list[dict]:
+    """HSDP: shard within groups of `shard` ranks, replicate across n // shard groups (2-D mesh)."""
+    rows = []
+    for shard in shard_sizes:
+        got = fsdp2_local_numel(n, 0, cfg, replicate=n // shard)
+        rows.append({"N": n, "shard": shard, "replicate": n // shard, "psi": got["psi"], "local_rank0": got["local"],
+                     "placements": got["placements"], "fsdp2_bytes": fsdp2_persistent_bytes(got["local"]),
+                     "zero3_bytes_at_shard": zm.zero_memory_bytes(got["psi"], shard, 3)})
     return rows
 # --8<-- [end:memory]
 
