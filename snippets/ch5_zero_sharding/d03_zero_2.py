@@ -1,0 +1,82 @@
+"""Ch5-03 ZeRO-2 — Gradient Sharding 추가: the code the page runs and the tests import.
+
+Formulas: snippets.common.zero_memory. Measurements: gpu_runs/zero_bench.py results, read with
+the loaders of the Ch5-02 module (same program, same files).
+"""
+from __future__ import annotations
+
+from snippets.common import figures
+from snippets.common import zero_memory as zm
+from snippets.ch5_zero_sharding.d02_zero_1 import ELEM, memory_rows, record, runs  # noqa: F401
+
+
+# --8<-- [start:predict]
+def predict_rows(models=((7e9, 8), (13e9, 16), (70e9, 16), (175e9, 64), (70e9, 1024))):
+    """Stage 1 vs stage 2 per-rank model states (GB = 1e9 B) and what gradient sharding saves."""
+    rows = []
+    for psi, n in models:
+        m1, m2 = (zm.zero_memory_bytes(psi, n, s) for s in (1, 2))
+        b = zm.zero_memory_breakdown(psi, n, 2)
+        rows.append({"psi": psi, "N": n, "stage1_GB": m1 / zm.GB, "stage2_GB": m2 / zm.GB,
+                     "params_GB": b["params"] / zm.GB, "grads_GB": b["grads"] / zm.GB,
+                     "optimizer_GB": b["optimizer"] / zm.GB, "saved_GB": (m1 - m2) / zm.GB,
+                     "saved_formula_GB": zm.GRAD_BYTES * psi * (n - 1) / n / zm.GB,
+                     "ratio_vs_dp": zm.zero_memory_bytes(psi, n, 0) / m2})
+    return rows
+# --8<-- [end:predict]
+
+
+# --8<-- [start:peak]
+def grad_peak_bounds(psi: int, n: int, bucket_elems: int, max_param_elems: int, stage: int) -> tuple[int, int]:
+    """Bounds on the 16-bit gradient bytes DeepSpeed holds at once during backward.
+
+    stage 2: the rank's partition buffer (2ψ/N) + one reduce bucket + at most one more parameter's
+             gradient (the one whose arrival flushed the bucket, or the part of a parameter that
+             straddles a partition boundary) — and never less than the partition itself;
+    stage 1: every gradient stays until the end of backward (2ψ), and the partition buffer is
+             allocated while some of them are still alive (at most 2ψ/N more)."""
+    part = ELEM * psi // n
+    if stage == 2:
+        return part, part + ELEM * bucket_elems + ELEM * max_param_elems
+    if stage == 1:
+        return ELEM * psi, ELEM * psi + part
+    raise ValueError(stage)
+
+
+def peak_rows(runs_=None) -> list[dict]:
+    """Measured gradient peak (every rank) for stages 1 and 2 against grad_peak_bounds."""
+    rows = []
+    for run in runs_ or runs():
+        p = run.params
+        bucket, max_param = p["dim"] ** 2 + p["dim"], p["dim"] ** 2
+        for stage in (1, 2):
+            rec = record(run, stage)
+            lo, hi = grad_peak_bounds(rec["psi"], rec["world_size"], bucket, max_param, stage)
+            for r in rec["per_rank_bytes_all"]:
+                rows.append({"N": rec["world_size"], "stage": stage, "rank": r["rank"], "peak": r["grads"],
+                             "rest": r["grads_end_of_backward"], "low": lo, "high": hi,
+                             "formula": zm.zero_memory_breakdown(rec["psi"], rec["world_size"], stage)["grads"]})
+    return rows
+# --8<-- [end:peak]
+
+
+# --8<-- [start:trace]
+def trace_figure(n: int = 2, rank: int = 0) -> str:
+    """Gradient bytes at each collective of backward, stage 1 vs stage 2 (one rank, N ranks)."""
+    run = next(r for r in runs() if r.hardware["world_size"] == n)
+    fig, ax = figures.new(7.0, 3.6)
+    for stage, style in ((1, "o-"), (2, "s-")):
+        rec = record(run, stage)
+        tr = next(r for r in rec["per_rank_bytes_all"] if r["rank"] == rank)["grad_trace"]
+        ax.plot(range(1, len(tr) + 1), [t[2] / 2**20 for t in tr], style, label=f"stage {stage}")
+        labels = [t[1].replace("all_reduce", "AR").replace("end of backward", "end") for t in tr]
+    psi = record(run, 2)["psi"]
+    for y, name in ((ELEM * psi, "2ψ"), (ELEM * psi / n, "2ψ/N")):
+        ax.axhline(y / 2**20, color="gray", ls=":", lw=1)
+        ax.annotate(name, (len(labels) + 0.1, y / 2**20), fontsize=9, va="center")
+    ax.set_xticks(range(1, len(labels) + 1), labels)
+    ax.set_xlabel(f"backward 중 collective 호출 순서 (rank {rank}, N = {n})")
+    ax.set_ylabel("16-bit gradient (MiB)")
+    ax.legend()
+    return figures.svg(fig)
+# --8<-- [end:trace]

@@ -1,0 +1,90 @@
+"""Ch5-03 ZeRO-2 — Gradient Sharding 추가: each test asserts a claim the page makes."""
+import os
+
+import pytest
+
+from snippets.ch5_zero_sharding import d02_zero_1 as zero1
+from snippets.ch5_zero_sharding import d03_zero_2 as page
+from snippets.common import zero_memory as zm
+
+
+def test_70b_16_numbers_and_saving_formula():
+    """Corollary 5.3.3 (ERRATA 13): 201.25 GB, 131.25 GB less than ZeRO-1 = 2ψ(N−1)/N."""
+    rows = {(r["psi"], r["N"]): r for r in page.predict_rows()}
+    r = rows[(70e9, 16)]
+    assert r["stage1_GB"] == pytest.approx(332.5) and r["stage2_GB"] == pytest.approx(201.25)
+    assert r["grads_GB"] == pytest.approx(8.75) and r["optimizer_GB"] == pytest.approx(52.5)
+    assert r["saved_GB"] == pytest.approx(131.25) == r["saved_formula_GB"]
+    for r in rows.values():
+        assert r["saved_GB"] == pytest.approx(r["saved_formula_GB"])
+        assert r["ratio_vs_dp"] < 8
+    assert rows[(70e9, 1024)]["ratio_vs_dp"] > 7.9
+
+
+def test_exercise1_syllabus_number_is_fp32_grads():
+    """Exercise 1: the syllabus's 17.5 GB is 4ψ/N (4-byte gradients), its 210 GB and 122 GB follow from it."""
+    psi, n = 70e9, 16
+    assert 4 * psi / n / zm.GB == pytest.approx(17.5)
+    assert (2 * psi + 4 * psi / n + 12 * psi / n) / zm.GB == pytest.approx(210)
+    assert zm.zero_memory_bytes(psi, n, 1) / zm.GB - 210 == pytest.approx(122.5)
+
+
+def test_measured_stage2_bytes_exact():
+    """Experiment 2: params 2ψ, gradient partition 2ψ/N, optimizer Kψ/N — every rank, N = 1, 2, 4."""
+    rows = zero1.memory_rows(2)
+    assert len(rows) == 7
+    for r in rows:
+        assert r["params"] == r["params_pred"] == 2 * r["psi"]
+        assert r["optimizer"] == r["optimizer_pred"] == 12 * r["psi"] // r["N"]
+        assert r["grads_rest"] == r["grads_rest_pred"] == r["grads_formula"] == 2 * r["psi"] // r["N"]
+
+
+def test_gradient_peak_within_bounds_and_stage2_below_stage1():
+    """Experiment 3 / Lemma 5.3.4: stage-2 peak within [2ψ/N, 2ψ/N + bucket + one parameter]; stage 1 ≥ 2ψ."""
+    rows = page.peak_rows()
+    for r in rows:
+        assert r["low"] <= r["peak"] <= r["high"]
+    for n in (2, 4):
+        s1 = max(r["peak"] for r in rows if r["N"] == n and r["stage"] == 1)
+        s2 = max(r["peak"] for r in rows if r["N"] == n and r["stage"] == 2)
+        assert s2 < s1
+
+
+def test_trace_decomposition_n2():
+    """Experiment 3: at N = 2 the stage-2 peak is partition + one bucket + one bias gradient, exactly."""
+    run = next(r for r in zero1.runs() if r.hardware["world_size"] == 2)
+    rec = zero1.record(run, 2)
+    h = run.params["dim"]
+    for r in rec["per_rank_bytes_all"]:
+        assert r["grads"] == 2 * rec["psi"] // 2 + 2 * (h * h + h) + 2 * h
+        assert r["grad_trace"][-1][1] == "end of backward" and r["grad_trace"][-1][2] == rec["psi"]
+    assert "<svg" in page.trace_figure(2, 0)
+
+
+def test_stage2_collectives_equal_stage1():
+    """Experiment 4: same calls and bytes as ZeRO-1; 1.5× by default, 1.0× on the reduce path."""
+    for a, b in zip(zero1.comm_rows(1), zero1.comm_rows(2)):
+        assert (a["N"], a["variant"], a["data"], a["control"]) == (b["N"], b["variant"], b["data"], b["control"])
+        if b["N"] > 1:
+            assert b["ratio"] == pytest.approx(1.5 if b["variant"].startswith("default") else 1.0)
+    for run in zero1.runs():
+        n = run.hardware["world_size"]
+        rec = zero1.record(run, 2)
+        assert rec["comm_by_phase"]["backward"]["all_reduce"]["calls"] == run.params["layers"]
+
+
+@pytest.mark.dist
+def test_tiny_preset_stage2(run_tiny):
+    """A real DeepSpeed ZeRO-2 launch (tiny preset, 2 processes): partition bytes and bounds hold."""
+    data, took = run_tiny("zero_bench", nproc=2, extra=["--stages", "2"], timeout=300)
+    (rec,) = data["measurements"]
+    psi, n, h = rec["psi"], 2, data["params"]["dim"]
+    assert rec["stage"] == 2 and rec["world_size"] == n
+    for r in rec["per_rank_bytes_all"]:
+        assert r["params"] == 2 * psi and r["optimizer"] == 12 * psi // n
+        assert r["grads_end_of_backward"] == 2 * psi // n
+        lo, hi = page.grad_peak_bounds(psi, n, h * h + h, h * h, 2)
+        assert lo <= r["grads"] <= hi
+    assert rec["comm_by_phase"]["backward"]["all_reduce"]["bytes"] == 2 * psi
+    if os.getloadavg()[0] <= (os.cpu_count() or 1):
+        assert took < 30
