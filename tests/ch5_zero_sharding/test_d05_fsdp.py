@@ -232,3 +232,15 @@ def test_deepspeed_facts_in_the_comparison_table():
 
     assert "mics_shard_size" in dsc._REMOVED_ZERO_CONFIG_KEYS
     assert OffloadDeviceEnum.nvme.value == "nvme"
+
+
+def test_hsdp_memory_is_set_by_the_shard_group():
+    """Experiment 4 (HSDP): (Replicate, Shard(0)) on a 2-D fake mesh; per-rank state = (4+K)ψ/s."""
+    rows = _runs()[2].measurements["large_fake_world"]["hsdp"]
+    assert [r["shard"] for r in rows] == [8, 16, 64]
+    for r in rows:
+        assert r["N"] == 64 and r["shard"] * r["replicate"] == 64
+        assert r["local_rank0"] * r["shard"] == r["psi"]
+        assert r["fsdp2_bytes"] == r["zero3_bytes_at_shard"] == zm.zero_memory_bytes(r["psi"], r["shard"], 3)
+        want = "(Shard(dim=0),)" if r["replicate"] == 1 else "(Replicate(), Shard(dim=0))"
+        assert r["placements"] == [want]
