@@ -10,6 +10,9 @@ builds the same MLP, runs a few bf16 training steps and records, per rank:
   * on CUDA only: the bytes copied device->host and host->device during the measured steps
     (torch.profiler memcpy events), i.e. the PCIe traffic of the offload.
 A configuration that DeepSpeed refuses on this machine is recorded with its exact error.
+A host probe, run by all ranks at once (as offloading ranks share the host), records the copy
+bandwidth of host memory, one torch.optim.AdamW step on fp32 parameters (the CPU side of offload),
+and on CUDA the pinned host<->device copy bandwidth (the PCIe link).
 
 The optimizer is torch.optim.AdamW passed as a client optimizer with
 "zero_force_ds_cpu_optimizer": false, so no compiled DeepSpeedCPUAdam op is needed (DeepSpeed is
@@ -41,11 +44,12 @@ PROGRAM = "offload_bench"
 CONFIGS = ("zero2", "zero2_offload_cpu", "zero3_offload_cpu", "zero3_offload_nvme")
 PRESETS = {
     # tiny (what the tests launch): the offload path and the NVMe refusal only, to stay well under 30 s
-    "tiny": {"hidden": 64, "layers": 2, "batch": 4, "warmup": 1, "steps": 2,
+    "tiny": {"hidden": 64, "layers": 2, "batch": 4, "warmup": 1, "steps": 2, "probe_numel": 1 << 16, "probe_reps": 3,
              "configs": ["zero2_offload_cpu", "zero3_offload_nvme"]},
-    "full": {"hidden": 512, "layers": 4, "batch": 8, "warmup": 3, "steps": 15},
+    "full": {"hidden": 512, "layers": 4, "batch": 8, "warmup": 3, "steps": 15, "probe_numel": 1 << 23, "probe_reps": 7},
     # NVMe is left out of the GPU preset: where libaio exists, async_io would first be JIT-compiled (minutes)
     "gpu": {"hidden": 4096, "layers": 4, "batch": 16, "seq": 1024, "warmup": 3, "steps": 10,
+            "probe_numel": 1 << 25, "probe_reps": 5, "probe_pcie_bytes": 1 << 28,
             "configs": ["zero2", "zero2_offload_cpu", "zero3_offload_cpu"]},
 }
 
@@ -188,6 +192,45 @@ def run_config(name: str, cfg: dict, env: harness.Env, nvme_path: str) -> dict:
     return row
 
 
+def host_probe(cfg: dict, env: harness.Env) -> dict:
+    """Host memory copy bandwidth, a CPU AdamW step, and (CUDA only) pinned PCIe copy bandwidth."""
+    numel, reps = cfg["probe_numel"], cfg["probe_reps"]
+    sync = torch.cuda.synchronize if env.device.type == "cuda" else (lambda: None)
+
+    def timed(fn) -> float:
+        times = []
+        for _ in range(reps):
+            dist.barrier()
+            sync()
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+    src = torch.randn(numel)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    t_copy = timed(lambda: dst.copy_(src))
+    p = torch.nn.Parameter(torch.randn(numel))
+    p.grad = torch.randn(numel)
+    opt = torch.optim.AdamW([p], lr=1e-3)
+    opt.step()  # creates m and v
+    t_adam = timed(opt.step)
+    out = {"numel": numel, "reps": reps, "threads": torch.get_num_threads(),
+           "copy_ms": t_copy * 1e3, "copy_GBps": 2 * numel * 4 / t_copy / 1e9,  # read + write
+           "adam_ms": t_adam * 1e3}
+    if env.device.type == "cuda":
+        nbytes = cfg["probe_pcie_bytes"]
+        host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+        dev = torch.empty(nbytes, dtype=torch.uint8, device=env.device)
+        dev.copy_(host, non_blocking=True)
+        out["pcie_bytes"] = nbytes
+        out["pcie_h2d_GBps"] = nbytes / timed(lambda: dev.copy_(host, non_blocking=True)) / 1e9
+        out["pcie_d2h_GBps"] = nbytes / timed(lambda: host.copy_(dev, non_blocking=True)) / 1e9
+    return out
+
+
 def main(argv=None) -> int:
     parser = harness.base_parser(__doc__.splitlines()[0], PRESETS)
     parser.add_argument("--configs", default=None, help="comma-separated subset of " + ",".join(CONFIGS)
@@ -220,6 +263,11 @@ def main(argv=None) -> int:
                 msg = (f"fwd+bwd {row['fwd_bwd_ms_median']:.2f} ms  step {row['step_ms_median']:.2f} ms"
                        if row["ok"] else row["error"][:160])
                 print(f"{name:>20}  psi={row['psi']}  {msg}", flush=True)
+    probe = host_probe(cfg, env)
+    rows.append({"rank": env.rank, "config": "host_probe", "ok": True, "probe": probe})
+    if env.is_main:
+        print(f"host probe: copy {probe['copy_GBps']:.2f} GB/s, AdamW step on {probe['numel']:,} params "
+              f"{probe['adam_ms']:.1f} ms", flush=True)
     # every rank's inventory goes into the file: gather the rows on rank 0
     gathered = [None] * env.world_size
     dist.all_gather_object(gathered, rows)
@@ -228,7 +276,8 @@ def main(argv=None) -> int:
               "optimizer": "torch.optim.AdamW (client optimizer, zero_force_ds_cpu_optimizer=false)",
               "op_builders": ops,
               "timing": "per step: barrier, time forward+backward and engine.step() separately; "
-                        "max over ranks; median over measured steps"}
+                        "max over ranks; median over measured steps. Host probe: per rank, all ranks at once, "
+                        "median of probe_reps (copy bandwidth counts read + write)"}
     harness.write_results(env, PROGRAM, __file__, params, measurements, args.out, save=not args.no_save)
     harness.finish()
     return 0

@@ -209,7 +209,26 @@ def expected_state_bytes(psi: int, n: int, stage: int, grads_fp32: bool = False)
 
 
 def bench_rows(result, rank: int = 0) -> list[dict]:
-    return [r for r in result.measurements if r["rank"] == rank]
+    """One rank's DeepSpeed configurations (the host probe rows are kept apart)."""
+    return [r for r in result.measurements if r["rank"] == rank and r["config"] != "host_probe"]
+
+
+# --8<-- [start:probe]
+ADAM_TORCH_BYTES = 4 * 4 + 3 * 4  # torch AdamW on fp32: read param, grad, m, v; write param, m, v
+
+
+def probe_rows(result) -> list[dict]:
+    """Per rank: measured host copy bandwidth and AdamW step, and the bandwidth lower bound for that step."""
+    out = []
+    for r in result.measurements:
+        if r["config"] != "host_probe":
+            continue
+        p = r["probe"]
+        bound_ms = ADAM_TORCH_BYTES * p["numel"] / (p["copy_GBps"] * 1e9) * 1e3
+        out.append({"rank": r["rank"], **p, "adam_bound_ms": bound_ms, "ratio": p["adam_ms"] / bound_ms,
+                    "adam_GBps": ADAM_TORCH_BYTES * p["numel"] / (p["adam_ms"] * 1e-3) / 1e9})
+    return out
+# --8<-- [end:probe]
 
 
 # --8<-- [start:inventory]
@@ -285,6 +304,14 @@ def gpu_section(runs) -> str:
             ["config", "fwd+bwd (ms)", "optimizer step (ms)", "DtoH MB / step (측정)", "HtoD MB / step (측정)",
              "2ψ/N MB (16-bit 예측)"], gpu_rows(r)))
         out.append("")
+        probes = [p for p in probe_rows(r) if "pcie_h2d_GBps" in p]
+        if probes:
+            out.append(results.markdown_table(
+                ["rank", "pinned HtoD (GB/s, 측정)", "pinned DtoH (GB/s, 측정)", "가정한 W_pcie, Gen4 (GB/s)",
+                 "CPU AdamW (ms, 측정)", "대역폭 하한 (ms)"],
+                [[p["rank"], f"{p['pcie_h2d_GBps']:.1f}", f"{p['pcie_d2h_GBps']:.1f}", f"{ASSUMED.pcie / GB:.1f}",
+                  f"{p['adam_ms']:.1f}", f"{p['adam_bound_ms']:.1f}"] for p in probes]))
+            out.append("")
         out.append(results.provenance_box(r))
     return "\n".join(out)
 # --8<-- [end:gpu]

@@ -132,6 +132,15 @@ def test_committed_nvme_error_is_recorded():
     assert r.params["op_builders"]["async_io"]["compatible"] is False
 
 
+def test_committed_cpu_adam_is_not_faster_than_the_bandwidth_bound():
+    """Experiment 4: a torch AdamW step takes at least 28 B/param / host copy bandwidth, on every rank."""
+    rows = page.probe_rows(_cpu_run())
+    assert sorted(p["rank"] for p in rows) == [0, 1]
+    for p in rows:
+        assert p["numel"] >= 1 << 23  # 32 MB per fp32 tensor: larger than the caches
+        assert p["adam_ms"] >= p["adam_bound_ms"] and p["ratio"] >= 1
+
+
 def test_gpu_section_states_absence_or_renders_a_gpu_file():
     """Experiment 4: no GPU file -> the page says so; a GPU file -> its memcpy bytes are tabulated."""
     gpu_files = [p for p in results.all_paths()
@@ -141,7 +150,12 @@ def test_gpu_section_states_absence_or_renders_a_gpu_file():
     cpu = _cpu_run()
     fake = results.Result(cpu.path, {**cpu.data, "measurements": [
         {**m, "memcpy_bytes": {"DtoH": 4 * m["psi"], "HtoD": 2 * m["psi"]}, "memcpy_steps": 2}
-        for m in cpu.measurements if m["rank"] == 0]})
+        for m in page.bench_rows(cpu)]})
+    probe = {"rank": 0, "config": "host_probe", "ok": True,
+             "probe": {"numel": 1 << 20, "reps": 3, "threads": 1, "copy_ms": 1.0, "copy_GBps": 8.0, "adam_ms": 20.0,
+                       "pcie_bytes": 1 << 28, "pcie_h2d_GBps": 24.0, "pcie_d2h_GBps": 22.0}}
+    md = page.gpu_section([results.Result(cpu.path, {**fake.data, "measurements": fake.measurements + [probe]})])
+    assert "pinned HtoD" in md and "24.0" in md and "GPU 결과가 없습니다" not in md
     rows = page.gpu_rows(fake)
     ok = [row for row in rows if row[1] != "—"]
     assert ok and all(float(row[3].replace(",", "")) == pytest.approx(float(row[5].replace(",", "")) * 2, rel=1e-3)
@@ -182,5 +196,7 @@ def test_tiny_preset_really_offloads(run_tiny):
         assert states["adam_m"]["numel"] == states["adam_v"]["numel"] == psi // 2
         assert states["master_fp32"]["bytes"] == 4 * psi // 2
         assert not rows[(rank, "zero3_offload_nvme")]["ok"]
+        probe = rows[(rank, "host_probe")]["probe"]
+        assert probe["copy_GBps"] > 0 and probe["adam_ms"] > 0
     assert took < 120  # GUIDE: < 30 s on an idle 2-core machine; the bound leaves room for a shared one
     print(f"tiny offload_bench: {took:.1f} s")
