@@ -31,8 +31,9 @@ def grad_peak_bounds(psi: int, n: int, bucket_elems: int, max_param_elems: int, 
     """Bounds on the 16-bit gradient bytes DeepSpeed holds at once during backward.
 
     stage 2: the rank's partition buffer (2ψ/N) + one reduce bucket + at most one more parameter's
-             gradient (the one whose arrival flushed the bucket, or the part of a parameter that
-             straddles a partition boundary) — and never less than the partition itself;
+             gradient (the one whose arrival flushed the bucket; Lemma 5.3.4 for the algorithm of
+             Definition 5.3.1, which DeepSpeed's measurements are checked against) — and never
+             less than the partition itself;
     stage 1: every gradient stays until the end of backward (2ψ), and the partition buffer is
              allocated while some of them are still alive (at most 2ψ/N more)."""
     part = ELEM * psi // n

@@ -61,6 +61,16 @@ def test_trace_decomposition_n2():
     assert "<svg" in page.trace_figure(2, 0)
 
 
+def test_n4_excess_equals_bias_plus_boundary_piece():
+    """Experiment 3 (N = 4): peak − partition − bucket = one bias + the part of layer 1's weight past rank 0's boundary."""
+    run = next(r for r in zero1.runs() if r.hardware["world_size"] == 4)
+    rec, h = zero1.record(run, 2), run.params["dim"]
+    bucket = 2 * (h * h + h)
+    extra = max(r["grads"] - rec["psi"] // 2 - bucket for r in rec["per_rank_bytes_all"])
+    assert extra == 2 * h + 2 * (rec["psi"] // 4 - (h * h + h))
+    assert extra < 2 * h * h
+
+
 def test_stage2_collectives_equal_stage1():
     """Experiment 4: same calls and bytes as ZeRO-1; 1.5× by default, 1.0× on the reduce path."""
     for a, b in zip(zero1.comm_rows(1), zero1.comm_rows(2)):
