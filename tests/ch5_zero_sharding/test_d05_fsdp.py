@@ -53,8 +53,8 @@ def test_committed_collectives_equal_theorem_554():
     """Experiment 2: calls and bytes per phase equal the prediction for every configuration."""
     for n, run in _runs().items():
         m = run.measurements
-        groups = 1 + len(m["groups"]) - 1
-        assert groups == len(m["groups"])
+        assert [g["name"] for g in m["groups"]][0].startswith("root") and len(m["groups"]) == 5  # G = root + 4 blocks
+        assert sum(g["numel"] for g in m["groups"]) == m["psi"]
         for rec in m["configs"]:
             pb = 2 if rec["param_dtype"] == "bfloat16" else 4
             pred = page.predict_step_comm(m["params"], n, rec["reshard_after_forward"], pb, 4)
