@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from snippets import results
+from snippets.common import figures
 from snippets.common import zero_memory as zm
 from snippets.common.alphabeta import BUSBW_FACTOR
 
@@ -113,6 +114,31 @@ def memory_rows(stage: int, runs_=None) -> list[dict]:
                          "bucket": r["reduce_bucket"],
                          "step_counters": r["optimizer_parts"]["step"]})
     return rows
+
+
+def memory_figure(runs_=None) -> str:
+    """Stacked bars: rank 0's measured params / grads (peak) / optimizer bytes for stages 0 and 1 at
+    each N, with the formula total (4 + K)ψ or 4ψ + Kψ/N as a black tick."""
+    fig, ax = figures.new(7.0, 3.8)
+    x, labels = 0, []
+    colors = {"params": "#4c72b0", "grads": "#dd8452", "optimizer": "#55a868"}
+    for run in runs_ or runs():
+        for stage in (0, 1):
+            rec = record(run, stage)
+            r0 = next(r for r in rec["per_rank_bytes_all"] if r["rank"] == 0)
+            bottom = 0
+            for key in ("params", "grads", "optimizer"):
+                ax.bar(x, r0[key] / 2**20, bottom=bottom, color=colors[key],
+                       label=key if x == 0 else None)
+                bottom += r0[key] / 2**20
+            total = zm.zero_memory_bytes(rec["psi"], rec["world_size"], stage) / 2**20
+            ax.plot([x - 0.4, x + 0.4], [total, total], "k-", lw=2, label="공식 M_k" if x == 0 else None)
+            labels.append(f"N={rec['world_size']}\nstage {stage}")
+            x += 1
+    ax.set_xticks(range(len(labels)), labels)
+    ax.set_ylabel("rank 0 의 bytes (MiB)")
+    ax.legend(fontsize=8)
+    return figures.svg(fig)
 # --8<-- [end:measured]
 
 
