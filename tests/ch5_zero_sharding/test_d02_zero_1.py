@@ -99,3 +99,8 @@ def test_tiny_preset_stage1(run_tiny):
     assert rec["comm"]["all_gather_into_tensor"] == {"calls": 1, "bytes": 2 * psi}
     if os.getloadavg()[0] <= (os.cpu_count() or 1):  # the 30 s budget assumes an idle machine
         assert took < 30
+
+
+def test_memory_figure_renders():
+    """Experiment 3's figure is built from the committed results (an SVG, no exception)."""
+    assert "<svg" in page.memory_figure()
