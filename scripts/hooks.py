@@ -206,23 +206,39 @@ MATH = re.compile(
     r'<(span|div) class="arithmatex">(\\\(|\\\[)(.*?)(\\\)|\\\])</\1>', re.S)
 _NODE_RENDER = r"""
 const katex = require(process.argv[1]);
-let buf = ''; process.stdin.on('data', d => buf += d); process.stdin.on('end', () => {
-  const items = JSON.parse(buf); const out = [];
-  for (const [tex, display] of items) {
+const rl = require('readline').createInterface({input: process.stdin});
+rl.on('line', line => {
+  const out = [];
+  for (const [tex, display] of JSON.parse(line)) {
     try { out.push({html: katex.renderToString(tex, {displayMode: display, throwOnError: true, output: 'html'})}); }
     catch (e) { out.push({error: String(e.message || e)}); }
   }
-  process.stdout.write(JSON.stringify(out));
+  process.stdout.write(JSON.stringify(out) + '\n');
 });
 """
+_NODE = None
 
 
 def _katex_render(items: list[tuple[str, bool]]) -> list[dict]:
-    proc = subprocess.run(["node", "-e", _NODE_RENDER, str(KATEX / "katex.js")],
-                          input=json.dumps(items), capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise PluginError(f"KaTeX renderer failed: {proc.stderr.strip()[:500]}")
-    return json.loads(proc.stdout)
+    """Render with one long-lived node process (one JSON line per page, one line back)."""
+    global _NODE
+    if _NODE is None or _NODE.poll() is not None:
+        _NODE = subprocess.Popen(["node", "-e", _NODE_RENDER, str(KATEX / "katex.js")], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, encoding="utf-8")
+    _NODE.stdin.write(json.dumps(items) + "\n")
+    _NODE.stdin.flush()
+    line = _NODE.stdout.readline()
+    if not line:
+        raise PluginError(f"KaTeX renderer (node) died: {_NODE.stderr.read()[:500]}")
+    return json.loads(line)
+
+
+def _close_katex():
+    global _NODE
+    if _NODE is not None:
+        _NODE.stdin.close()
+        _NODE.wait(timeout=10)
+        _NODE = None
 
 
 TOC_MATH = re.compile(r"\\\((.*?)\\\)", re.S)
@@ -250,6 +266,16 @@ def _notebook_math(output: str) -> str:
 
 def on_post_page(output, page, config, **kwargs):
     """Replace every arithmatex span (and TeX left in TOC entries) with KaTeX HTML."""
+    import time
+
+    t0 = time.perf_counter()
+    try:
+        return _post_page(output, page)
+    finally:
+        _PAGE_SECONDS[page.file.src_uri + " (KaTeX)"] = time.perf_counter() - t0
+
+
+def _post_page(output, page):
     if page.file.src_uri.endswith(".py"):
         output = _notebook_math(output)
     if MATH_RENDER != "build":
@@ -284,8 +310,31 @@ def on_post_page(output, page, config, **kwargs):
     return "".join(pieces)
 
 
+_PAGE_T0: dict[str, float] = {}
+_PAGE_SECONDS: dict[str, float] = {}
+
+
+def on_pre_page(page, config, files, **kwargs):
+    import time
+
+    _PAGE_T0[page.file.src_uri] = time.perf_counter()
+    return page
+
+
+def on_page_content(html_, page, config, files, **kwargs):
+    import time
+
+    _PAGE_SECONDS[page.file.src_uri] = time.perf_counter() - _PAGE_T0.get(page.file.src_uri, time.perf_counter())
+    return html_
+
+
 def on_post_build(config, **kwargs):
-    """Search shows plain text: drop TeX delimiters from the search index (math stays readable)."""
+    """Search shows plain text: drop TeX delimiters from the search index (math stays readable).
+    With BOOK_TIMING=1, print the seconds each page took to render (cells, notebooks, math)."""
+    _close_katex()
+    if os.environ.get("BOOK_TIMING"):
+        for uri, sec in sorted(_PAGE_SECONDS.items(), key=lambda kv: -kv[1]):
+            log.info("page time %6.2f s  %s", sec, uri)
     index = Path(config["site_dir"]) / "search" / "search_index.json"
     if index.exists():
         text = index.read_text(encoding="utf-8")

@@ -19,9 +19,9 @@
 # 1. **정확성**: 직접 만든 ring 의 결과가 `dist.all_reduce` 와 **비트 단위로 같은가** (정수 값만 쓰므로 float 합도 정확합니다).
 # 2. **시간**: 두 구현의 시간을 메시지 크기별로 재고, [Ch1-05](../05-bandwidth-latency/) 의 α-β 모델로 읽습니다.
 #
-# 노트북 CPU 에서 gloo backend 로 process 2 개를 띄우며, 1 분 안쪽으로 끝납니다. Process 를 `torch.multiprocessing` 의
-# spawn 으로 만들기 때문에, 각 process 가 실행할 함수는 노트북이 아니라 import 할 수 있는 모듈
-# `snippets/ch1_collective/lab.py` 에 있습니다. Process 들은 임시 디렉터리의 파일 (`file://` init method) 로 서로를 찾으므로
+# 노트북 CPU 에서 gloo backend 로 process 2 개를 띄우며, 1 분 안쪽으로 끝납니다. Process 는 `torch.multiprocessing` 으로
+# 띄웁니다 (Linux 는 fork, macOS 는 spawn). spawn 은 새 interpreter 를 띄우므로, 각 process 가 실행할 함수는 노트북이
+# 아니라 import 할 수 있는 모듈 `snippets/ch1_collective/lab.py` 에 있습니다. Process 들은 임시 디렉터리의 파일 (`file://` init method) 로 서로를 찾으므로
 # 포트를 고를 필요가 없습니다.
 
 # %%
