@@ -193,11 +193,44 @@ GENERATED = {
 }
 
 
+def _isolate_display_math(markdown: str) -> str:
+    """Give every $$…$$ display block its own paragraph (blank line before and after).
+
+    arithmatex only sees a display block that starts a paragraph; authors naturally write
+    "… 는\n$$ … $$\n이다." inside a sentence, which would otherwise leave raw $$ on the page."""
+    lines, out, fence, in_math, pad_next = markdown.split("\n"), [], None, False, False
+    for line in lines:
+        st = line.strip()
+        if pad_next:
+            if st:
+                out.append("")
+            pad_next = False
+        if not in_math and (st.startswith("```") or st.startswith("~~~")):
+            mark = st[:3]
+            fence = None if fence == mark else (fence or mark)
+        if fence or not st.startswith("$$") and not in_math:
+            out.append(line)
+            continue
+        if not in_math:  # an opening line
+            if out and out[-1].strip():
+                out.append("")
+            out.append(line)
+            if len(st) >= 4 and st.endswith("$$"):
+                pad_next = True
+            else:
+                in_math = True
+            continue
+        out.append(line)  # inside a block
+        if st.endswith("$$"):
+            in_math, pad_next = False, True
+    return "\n".join(out)
+
+
 def on_page_markdown(markdown, page, config, files, **kwargs):
     for marker, fn in GENERATED.items():
         if marker in markdown:
             markdown = markdown.replace(marker, fn())
-    return _cite(markdown, page)
+    return _cite(_isolate_display_math(markdown), page)
 
 
 # ------------------------------------------------------------------ math at build time

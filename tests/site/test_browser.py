@@ -123,7 +123,7 @@ def test_korean_search_finds_the_ring_page(server, browser):
 def test_instant_navigation_keeps_math_rendered(server, browser):
     base, _ = server
     page, errors, foreign = _open(browser, base)
-    page.locator('a[href$="ch1-collective/03-ring-allreduce/"]').first.click()
+    page.locator('.md-content a[href$="ch1-collective/03-ring-allreduce/"]').first.click()
     page.wait_for_url(re.compile(r".*03-ring-allreduce/$"))
     page.wait_for_selector("#thm-ring-traffic")
     assert page.locator(".katex").count() > 50
