@@ -297,9 +297,28 @@ def _notebook_math(output: str) -> str:
     return NB_MARKDOWN.sub(cell, output)
 
 
+def _lab_downloads(output: str, page, config) -> str:
+    """Chapter labs: write <lab>.ipynb (from the jupytext source) beside the page and link both files."""
+    import jupytext
+
+    src = Path(page.file.abs_src_path)
+    dest = Path(page.file.abs_dest_path).parent
+    dest.mkdir(parents=True, exist_ok=True)
+    jupytext.write(jupytext.read(src), dest / f"{src.stem}.ipynb")
+    box = ('<div class="admonition tip"><p class="admonition-title">이 노트북 내려받기</p>'
+           f'<p><a href="{src.stem}.ipynb" download>Jupyter 노트북 (.ipynb)</a> · '
+           f'<a href="{src.name}" download>jupytext 원본 (.py)</a>. 저장소를 clone 한 뒤 루트에서 '
+           '<code>make setup</code> 으로 만든 <code>.venv</code> 의 Jupyter 로 여세요: 노트북이 <code>snippets</code> '
+           '패키지를 import 합니다.</p></div>')
+    return output.replace('<div class="jupyter-wrapper">', box + '<div class="jupyter-wrapper">', 1)
+
+
 def on_post_page(output, page, config, **kwargs):
     """Replace every arithmatex span (and TeX left in TOC entries) with KaTeX HTML."""
     import time
+
+    if page.file.src_uri.endswith("lab.py"):
+        output = _lab_downloads(output, page, config)
 
     t0 = time.perf_counter()
     try:

@@ -163,3 +163,18 @@ def test_published_urls_and_anchors_are_stable_and_listed(built_site):
     new = {u: sorted(set(i) - set(published["pages"].get(u, []))) for u, i in now.items()}
     new = {u: i for u, i in new.items() if i}
     assert not new, f"new pages/anchors not yet recorded (run `python scripts/anchors.py build/site`): {new}"
+
+
+def test_chapter_labs_are_executed_and_downloadable(built_site):
+    site, _, _ = built_site
+    labs = [c for c in book.CHAPTERS if (book.DOCS / c.lab_path).exists()]
+    assert labs
+    for ch in labs:
+        folder = site / ch.folder / "lab"
+        html = (folder / "index.html").read_text(encoding="utf-8")
+        assert 'href="lab.ipynb"' in html and 'href="lab.py"' in html
+        nb = json.loads((folder / "lab.ipynb").read_text(encoding="utf-8"))
+        assert nb["nbformat"] == 4 and any(c["cell_type"] == "code" for c in nb["cells"])
+        assert (folder / "lab.py").read_text(encoding="utf-8") == (book.DOCS / ch.lab_path).read_text(encoding="utf-8")
+        assert "jp-OutputArea-output" in html  # executed at build: outputs are present
+        assert "Traceback" not in html
