@@ -143,8 +143,9 @@ def provenance_box(r: Result) -> str:
 
 
 def markdown_table(header: list[str], rows: list[list]) -> str:
-    """A Markdown table from a header and rows of already-formatted cells."""
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" for _ in header) + "|"]
-    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    """A Markdown table from a header and rows of already-formatted cells ('|' inside a cell is escaped)."""
+    cell = lambda c: str(c).replace("|", "\\|")  # noqa: E731
+    out = ["| " + " | ".join(map(cell, header)) + " |", "|" + "|".join("---:" for _ in header) + "|"]
+    out += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
     return "\n".join(out)
 # --8<-- [end:render]
