@@ -178,3 +178,12 @@ def test_chapter_labs_are_executed_and_downloadable(built_site):
         assert (folder / "lab.py").read_text(encoding="utf-8") == (book.DOCS / ch.lab_path).read_text(encoding="utf-8")
         assert "jp-OutputArea-output" in html  # executed at build: outputs are present
         assert "Traceback" not in html
+
+
+def test_no_markdown_left_unrendered(built_site):
+    """A table printed by a cell that failed to parse shows up as '| a | b |---|' text in a <p>."""
+    site, _, _ = built_site
+    broken = re.compile(r"<p>[^<]*\|\s*:?-{3,}:?\s*\|")
+    for html in site.glob("**/index.html"):
+        m = broken.search(html.read_text(encoding="utf-8"))
+        assert not m, f"{html.relative_to(site)}: unrendered table: {m.group(0)[:120]}"
