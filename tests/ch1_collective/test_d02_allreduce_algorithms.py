@@ -9,7 +9,7 @@ from snippets.common import alphabeta as ab
 
 
 def test_exact_formulas_confirmed_by_simulators_up_to_1024():
-    """Theorems 1.2.3-1.2.7 / the cost table: steps and critical-path bytes == the α-β formula."""
+    """Theorems 1.2.4–1.2.8 / the cost table: steps and critical-path bytes == the α-β formula."""
     t0 = time.perf_counter()
     rows = page.exact_sweep()
     assert time.perf_counter() - t0 < 3.0  # < 1 s on an idle machine; the cell budget
@@ -98,7 +98,7 @@ def test_binary_tree_upper_bound_for_other_n():
 
 
 def test_fold_for_non_powers_of_two():
-    """Proposition 1.2.10: two extra steps; the folded odd rank sends S more."""
+    """Theorem 1.2.13: two extra steps; the folded odd rank sends S more."""
     for r in page.fold_sweep():
         n, p, s = r["N"], r["p"], r["S"]
         k = int(np.log2(p))

@@ -106,3 +106,14 @@ def test_measured_fit_on_committed_results():
     small = lambda r: np.median([m["time_us_median"] for m in page.measured_allreduce(r) if m["bytes"] <= 1024])
     if four.hardware["cpu_count"] < 4:  # the page's oversubscription claim
         assert small(four) > 3 * small(two)
+
+
+def test_two_process_alpha_is_hundreds_of_microseconds():
+    """Experiment 4's reading: with 2 processes (no oversubscription) the fitted α is hundreds of µs,
+    orders of magnitude above a GPU link's few µs."""
+    from snippets import results
+    from snippets.ch1_collective.d03_ring_allreduce import fit_ring_model, measured_allreduce
+
+    run = next(r for r in results.load("collectives_bench", kind="cpu") if r.hardware["world_size"] == 2)
+    f = fit_ring_model(measured_allreduce(run), 2)
+    assert 100e-6 <= f["alpha"] < 1e-3

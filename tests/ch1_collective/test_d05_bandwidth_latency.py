@@ -200,6 +200,12 @@ def test_readings_of_experiments_2_and_3(runs):
     collectives' largest residual in the 4-process fit lies at small messages (≤ 4 KiB)."""
     bw = {op: f["bandwidth_GBps"] for op, f in page.fit_all(runs[2]).items()}
     assert max(bw, key=bw.get) == "broadcast" and min(bw, key=bw.get) == "all_gather"
+    assert max(bw.values()) / min(bw.values()) > 2  # exercise 3 (a): "몇 배", not a link constant
+    # exp. 2: the largest residual sits at the smallest size or between tens of KiB and a few MiB
+    fits2 = page.fit_all(runs[2])
+    for op, f in fits2.items():
+        at = f["sizes"][np.abs(f["rel_residuals"]).argmax()]
+        assert at == f["sizes"].min() or 16 * 2**10 <= at <= 4 * 2**20, op
     if runs[4].hardware["cpu_count"] < 4:
         rows = {r["op"]: r for r in page.oversubscription_rows(runs)}
         for op in ("broadcast", "all_to_all"):
