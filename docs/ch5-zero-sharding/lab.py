@@ -5,7 +5,10 @@
 #
 # 1. **ZeRO-1 을 손으로** 구현합니다: bf16 parameter 와 gradient 는 모든 rank 가 갖고, fp32 master weight 와 Adam 의
 #    m, v 는 rank 마다 1/N 씩만 갖습니다. gradient 는 `all_reduce` (합) 뒤 $N$ 으로 나누고, 각 rank 는 자기 조각만
-#    update 한 뒤 `all_gather_into_tensor` 로 모두에게 돌려줍니다.
+#    update 한 뒤 `all_gather_into_tensor` 로 모두에게 돌려줍니다. 코드를 짧게 하려고 두 collective 모두 fp32 로 합니다.
+#    AllReduce + AllGather 는 DeepSpeed 0.19.8 의 기본 경로와 같은 모양이고, 원소 크기가 같다면 ring 으로 환산해
+#    data parallel 의 1.5 배를 보냅니다. 논문의 $2\psi$ 는 `all_reduce` 대신 ReduceScatter 를 쓸 때입니다
+#    (Ch5-02 의 정리 5.2.6).
 # 2. 같은 모델을 **FSDP2** (`torch.distributed.fsdp.fully_shard`) 로 학습합니다.
 # 3. 두 경우의 rank 당 bytes 를 `snippets/common/zero_memory.py` 의 공식과 비교합니다.
 #
@@ -70,5 +73,6 @@ print(f"ZeRO-1 by hand per-rank total {sum(manual[0][k] for k in ('params', 'gra
 # ## 더 해보기
 #
 # - `WORLD = 4` 로 바꾸면 (core 가 4 개 이상인 머신에서) optimizer state 가 다시 절반이 되는지 보세요.
-# - `manual_zero1_worker` 의 `all_reduce` 를 `reduce_scatter_tensor` 로 바꾸면 ZeRO-2 가 됩니다: gradient 를 자기
-#   조각만 남기면 rank 당 gradient bytes 가 $2\psi/N$ 이 되어야 합니다.
+# - `manual_zero1_worker` 의 `all_reduce` 를 `reduce_scatter_tensor` 로 바꾸세요. 그러면 통신이 논문의 $2\psi$ (data
+#   parallel 과 같음) 가 됩니다. 받은 자기 조각만 남기고 전체 gradient 를 버리면 ZeRO-2 가 되어, rank 당 gradient bytes 가
+#   $2\psi/N$ 이 되어야 합니다.

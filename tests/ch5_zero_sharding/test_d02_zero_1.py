@@ -44,6 +44,7 @@ def test_measured_bytes_match_formula_exactly():
         assert r["padding"] == r["padding_pred"] == page.flat_padding(r["psi"], r["N"]) == 0
         assert r["grads_rest"] == r["grads_rest_pred"] == zm.GRAD_BYTES * r["psi"] / r["N"]
         assert r["grads_peak"] >= r["grads_formula"] == zm.GRAD_BYTES * r["psi"]  # full grads live in backward
+        assert r["grads_peak"] <= r["grads_formula"] + r["grads_rest_pred"]  # excess ≤ the 2ψ'/N partition buffer
         assert r["step_counters"] == 4  # one fp32 `step` scalar for the one flat fp32 partition
 
 

@@ -159,3 +159,19 @@ def test_tiny_zero3_run_matches_theorems(run_tiny):
 
 def test_memory_figure_is_svg():
     assert page.memory_figure(_runs()).startswith('<figure class="book-figure"><svg')
+
+
+def test_zero3_sends_what_deepspeed_default_stage12_sends():
+    """After Theorem 5.4.4: measured ZeRO-3 bytes/rank = DeepSpeed 0.19.8's default stage-1 path (AllReduce + AllGather),
+    and 1.5× its reduce path (the paper's 2ψ)."""
+    from snippets import results
+    from snippets.ch5_zero_sharding import d02_zero_1 as zero1
+
+    z3 = {r["N"]: r["sent_per_rank"] for r in page.comm_rows(results.load("zero_bench", kind="cpu"))}
+    for r in zero1.comm_rows(1):
+        if r["N"] < 2:
+            continue
+        if r["variant"].startswith("default"):
+            assert z3[r["N"]] == pytest.approx(r["ring_sent"])
+        else:
+            assert z3[r["N"]] == pytest.approx(1.5 * r["ring_sent"])

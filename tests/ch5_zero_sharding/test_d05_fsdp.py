@@ -90,6 +90,18 @@ def test_mixed_precision_keeps_fp32_shards_and_halves_gathers():
         assert page.fsdp2_persistent_bytes(local) == rec["param_local_bytes"] + 4 * local + rec["optimizer_state_local_bytes"]
 
 
+def test_difference_from_single_process_adam():
+    """Experiment 2: fp32 configs match the one-process Adam to rounding; bf16 differs by at most 2·lr (sign flips)."""
+    for n, run in _runs().items():
+        lr = run.params["lr"]
+        for rec in run.measurements["configs"]:
+            d = rec["max_abs_diff_vs_reference"]
+            if rec["param_dtype"] == "bfloat16":
+                assert d <= 2 * lr * (1 + 1e-3)
+            else:
+                assert d <= 1e-4
+
+
 def test_prefetch_order():
     """Experiment 3: explicit forward prefetch of k blocks issues k blocks ahead; k=1 backward = default."""
     run = _runs()[2]
