@@ -51,12 +51,19 @@ def built_site():
         return Path(os.environ["BOOK_SITE"]), 0.0, ""
     site = ROOT / "build" / "site"
     cmd = [sys.executable, "-m", "mkdocs", "build", "--strict", "--clean", "-d", str(site)]
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800,
                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
-    seconds = time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if proc.returncode != 0:
-        pytest.fail(f"mkdocs build --strict failed ({seconds:.0f} s):\n{proc.stderr[-6000:]}")
+        pytest.fail(f"mkdocs build --strict failed ({wall:.0f} s):\n{proc.stderr[-6000:]}")
     (ROOT / "build").mkdir(exist_ok=True)
-    (ROOT / "build" / "build-time.txt").write_text(f"{seconds:.2f}\n")
-    return site, seconds, proc.stderr
+    (ROOT / "build" / "build-time.txt").write_text(f"wall {wall:.2f} s\ncpu {cpu:.2f} s\n")
+    # the budget is checked on CPU seconds (the build and every process it starts): wall time on a
+    # shared 2-core machine also counts whatever else runs there
+    return site, cpu, proc.stderr
