@@ -67,8 +67,62 @@ def on_config(config, **kwargs):
     return config
 
 
+# ------------------------------------------------------------------ chapter labs, executed in parallel
+
+_LABS: dict[str, dict] = {}
+
+
+def _execute_lab(src: Path, out: Path, box: dict) -> None:
+    """Execute a jupytext lab with nbclient (errors not allowed) and write the executed .ipynb."""
+    import jupytext
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    name = src.relative_to(ROOT).as_posix() if src.is_relative_to(ROOT) else str(src)
+    try:
+        nb = jupytext.read(src)
+        NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=False,
+                       resources={"metadata": {"path": str(src.parent)}}).execute()
+        nbformat.write(nb, out)
+    except CellExecutionError as exc:
+        box["error"] = f"{name}: a cell failed: {str(exc)[-1500:]}"
+    except Exception as exc:  # noqa: BLE001 - reported as a build error with the lab's path
+        box["error"] = f"{name}: {type(exc).__name__}: {exc}"
+
+
+def _start_labs(config) -> None:
+    """Start every chapter lab's kernel now, in threads: the notebooks run on the second core while
+    the main thread renders the Markdown pages. The lab page then renders the executed copy."""
+    import tempfile
+    import threading
+
+    tmp = Path(tempfile.mkdtemp(prefix="book-labs-"))
+    for lab in sorted(Path(config["docs_dir"]).glob("ch*/lab.py")):
+        rel = lab.relative_to(config["docs_dir"]).as_posix()
+        box = {"out": tmp / rel.replace("/", "__").replace(".py", ".ipynb")}
+        box["thread"] = threading.Thread(target=_execute_lab, args=(lab, box["out"], box), daemon=True)
+        box["thread"].start()
+        _LABS[rel] = box
+
+
+def _executed_lab(page) -> None:
+    box = _LABS.get(page.file.src_uri)
+    if box is None:
+        raise PluginError(f"{page.file.src_uri}: lab was not started")
+    box["thread"].join()
+    if "error" not in box and not box["out"].exists():
+        box["error"] = f"{page.file.src_uri}: the executor wrote no notebook"
+    if "error" in box:
+        raise PluginError(f"lab execution failed: {box['error']}")
+    page.file.abs_src_path = str(box["out"])  # mkdocs-jupyter (execute: false) renders the executed copy
+
+
 def on_pre_build(config, **kwargs):
     from snippets.results import ResultsError, validate_all
+
+    _LABS.clear()
+    _start_labs(config)
 
     try:
         validate_all()
@@ -227,6 +281,9 @@ def _isolate_display_math(markdown: str) -> str:
 
 
 def on_page_markdown(markdown, page, config, files, **kwargs):
+    if page.file.src_uri in _LABS:
+        _executed_lab(page)
+        return markdown
     for marker, fn in GENERATED.items():
         if marker in markdown:
             markdown = markdown.replace(marker, fn())
@@ -301,12 +358,19 @@ def _lab_downloads(output: str, page, config) -> str:
     """Chapter labs: write <lab>.ipynb (from the jupytext source) beside the page and link both files."""
     import jupytext
 
-    src = Path(page.file.abs_src_path)
+    import shutil
+
+    src = Path(config["docs_dir"]) / page.file.src_uri  # the jupytext source
+    executed = Path(page.file.abs_src_path)  # the executed .ipynb rendered on the page
     dest = Path(page.file.abs_dest_path).parent
     dest.mkdir(parents=True, exist_ok=True)
-    jupytext.write(jupytext.read(src), dest / f"{src.stem}.ipynb")
+    shutil.copyfile(src, dest / src.name)
+    if executed.suffix == ".ipynb":
+        shutil.copyfile(executed, dest / f"{src.stem}.ipynb")
+    else:
+        jupytext.write(jupytext.read(src), dest / f"{src.stem}.ipynb")
     box = ('<div class="admonition tip"><p class="admonition-title">이 노트북 내려받기</p>'
-           f'<p><a href="{src.stem}.ipynb" download>Jupyter 노트북 (.ipynb)</a> · '
+           f'<p><a href="{src.stem}.ipynb" download>Jupyter 노트북 (.ipynb, 이 빌드의 실행 결과 포함)</a> · '
            f'<a href="{src.name}" download>jupytext 원본 (.py)</a>. 저장소를 clone 한 뒤 루트에서 '
            '<code>make setup</code> 으로 만든 <code>.venv</code> 의 Jupyter 로 여세요: 노트북이 <code>snippets</code> '
            '패키지를 import 합니다.</p></div>')

@@ -64,6 +64,6 @@ def built_site():
         pytest.fail(f"mkdocs build --strict failed ({wall:.0f} s):\n{proc.stderr[-6000:]}")
     (ROOT / "build").mkdir(exist_ok=True)
     (ROOT / "build" / "build-time.txt").write_text(f"wall {wall:.2f} s\ncpu {cpu:.2f} s\n")
-    # the budget is checked on CPU seconds (the build and every process it starts): wall time on a
-    # shared 2-core machine also counts whatever else runs there
-    return site, cpu, proc.stderr
+    # the budget (GUIDE: at most 2 s per page on average) is wall time: what a reader or CI waits for.
+    # The labs' kernels run beside the page cells (scripts/hooks.py), so CPU seconds exceed wall time.
+    return site, wall, proc.stderr
