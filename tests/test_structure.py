@@ -171,3 +171,18 @@ def test_doccheck_of_shared_tools_passes():
     import subprocess, sys
     proc = subprocess.run([sys.executable, str(tool), "docs", "--strict"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-2000:]
+
+
+def test_every_executed_cell_has_a_unique_id_and_a_page_session():
+    """GUIDE: every cell has an id= (a failure names it); no state shared between pages."""
+    seen = {}
+    for doc in WRITTEN:
+        for line in (book.DOCS / doc.path).read_text(encoding="utf-8").splitlines():
+            if EXEC.match(line):
+                cid = re.search(r'\bid="([^"]+)"', line)
+                assert cid, f"{doc.path}: cell without id: {line.strip()}"
+                assert cid.group(1) not in seen, f"cell id {cid.group(1)} in {doc.path} and {seen[cid.group(1)]}"
+                seen[cid.group(1)] = doc.path
+                sess = re.search(r'\bsession="([^"]+)"', line)
+                prefix = f"ch{doc.chapter[2]}-{doc.number:02d}"
+                assert sess and sess.group(1).startswith(prefix), f"{doc.path}: session should be {prefix}: {line}"
