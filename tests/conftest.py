@@ -12,6 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
+SMOKE_BUDGET_S = 30  # GUIDE: a distributed smoke run in tests takes under 30 s
 
 
 def launch(script: str, nproc: int = 2, args=(), timeout: float = 60, check: bool = True):
@@ -39,6 +40,7 @@ def run_tiny(tmp_path):
         _, took = launch(f"gpu_runs/{program}.py", nproc, ["--preset", "tiny", "--out", out, *extra], timeout)
         files = sorted(out.glob("*.json"))
         assert len(files) == 1, f"expected one results file in {out}, found {files}"
+        assert took < SMOKE_BUDGET_S, f"{program} tiny preset took {took:.1f} s (GUIDE: < {SMOKE_BUDGET_S} s)"
         return json.loads(files[0].read_text()), took
 
     return _run
