@@ -18,9 +18,9 @@ $(STAMP): requirements.lock pyproject.toml package.json package-lock.json
 	$(BIN)/pip install -q $(TORCH_SPEC)
 	$(BIN)/pip install -q -r requirements.lock
 	DS_BUILD_OPS=0 $(BIN)/pip install -q --no-build-isolation $(DEEPSPEED_SPEC)
-	# DeepSpeed's CPU backend JIT-compiles its shared-memory comm op on first use (about a minute on
-	# 2 cores, per venv path); build it now so that no test or run pays for it
-	$(BIN)/python -c "from deepspeed.accelerator import get_accelerator as g; b = g().create_op_builder('ShareMemCommBuilder'); b and b.load()" 2>&1 | tail -n 1
+	# DeepSpeed's CPU backend JIT-compiles its shared-memory comm op and (for offload) its pinned-memory
+	# op on first use, about 30 s each on 2 cores; build them now so that no test or run pays for it
+	$(BIN)/python -c "from deepspeed.accelerator import get_accelerator as g; [b.load() for b in map(g().create_op_builder, ('ShareMemCommBuilder', 'PinMemoryBuilder')) if b]" 2>&1 | tail -n 1
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $(STAMP)
