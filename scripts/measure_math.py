@@ -82,7 +82,7 @@ def main(argv):
         site = build(mode)
         m = measure(site, page)
         rows.append((mode, m))
-    print(f"| KaTeX | HTML bytes | transferred bytes (all) | by type | time to rendered math (median of 5) |")
+    print("| KaTeX | HTML bytes | transferred bytes (all) | by type | time to rendered math (median of 5) |")
     print("|---|---:|---:|---|---:|")
     for mode, m in rows:
         kinds = ", ".join(f"{k} {v / 1024:.0f} KiB" for k, v in sorted(m["by_type"].items()))

@@ -123,7 +123,7 @@ def load(program: str, kind: str | None = None) -> list[Result]:
 # --8<-- [start:render]
 def provenance_box(r: Result) -> str:
     """Markdown for a collapsible provenance box; a stale result is flagged in red."""
-    d, h, v = r.data, r.hardware, r.data["versions"]
+    d, v = r.data, r.data["versions"]
     rows = [
         ("하드웨어", r.label),
         ("명령", f"<code>{html.escape(d['command'])}</code>"),
