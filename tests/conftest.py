@@ -110,3 +110,22 @@ def built_site():
     # the budget (GUIDE: at most 2 s per page on average) is wall time: what a reader or CI waits for.
     # The labs' kernels run beside the page cells (scripts/hooks.py), so CPU seconds exceed wall time.
     return site, wall / factor, proc.stderr
+
+
+CELL_BUDGET_S = 1.0  # GUIDE: one build-time cell runs in under 1 s
+
+
+def cell_budget() -> float:
+    """The 1 s cell budget on the usual machine, expressed for this machine right now."""
+    return CELL_BUDGET_S * slowdown()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _warm_matplotlib():
+    """Load matplotlib's fonts once, as the build does, so no test's timing pays for it."""
+    from snippets.common import figures
+
+    fig, ax = figures.new(2, 2)
+    ax.loglog([1, 10], [1, 10], label="한글")
+    ax.legend()
+    figures.svg(fig)

@@ -7,6 +7,7 @@ import pytest
 from snippets import results
 from snippets.ch1_collective import d01_collective_taxonomy as page
 from snippets.common.alphabeta import BUSBW_FACTOR
+from tests.conftest import cell_budget
 
 
 def _rand(n, c, seed=0):
@@ -94,7 +95,7 @@ def test_ring_halves_move_n_minus_1_over_n_each():
     """Corollary: each ring half sends (N−1)/N·S per rank; together 2(N−1)/N·S (thm-ring-traffic)."""
     t0 = time.perf_counter()
     rows = page.ring_traffic()
-    assert time.perf_counter() - t0 < 1.0
+    assert time.perf_counter() - t0 < cell_budget()
     for r in rows:
         assert r["correct"]
         assert r["rs_max"] == r["rs_min"] == r["ag_max"] == r["ag_min"] == r["half"]

@@ -7,6 +7,7 @@ import pytest
 from snippets import results
 from snippets.ch1_collective import d03_ring_allreduce as page
 from snippets.common import alphabeta as ab
+from tests.conftest import cell_budget
 
 
 def test_trace_lemma_invariant_and_final_state():
@@ -34,7 +35,7 @@ def test_bytes_sweep_equals_formula_and_is_fast():
     """Theorem 1.3.5 (b)-(c) for N = 2..1024, and the GUIDE's budget (< 1 s)."""
     t0 = time.perf_counter()
     rows = page.bytes_sweep(page.SWEEP_NS)
-    assert time.perf_counter() - t0 < 1.0
+    assert time.perf_counter() - t0 < cell_budget()
     assert max(page.SWEEP_NS) == 1024
     for r in rows:
         assert r["sum_ok"]

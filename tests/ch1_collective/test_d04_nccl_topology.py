@@ -12,7 +12,7 @@ import pytest
 from snippets import results
 from snippets.ch1_collective import d04_nccl_topology as page
 from snippets.common import alphabeta as ab
-from tests.conftest import ROOT, launch
+from tests.conftest import ROOT, launch, cell_budget
 
 
 # ---------------------------------------------------------------- link rates (ERRATA row 8)
@@ -105,7 +105,7 @@ def test_figure_and_cells_are_fast():
     t1 = time.process_time()
     assert "<svg" in page.selection_figure([1, 2, 16], 450.0, 400.0)
     t2 = time.process_time()
-    assert t1 - t0 < 1.0 and t2 - t1 < 1.0, (t1 - t0, t2 - t1)
+    assert t1 - t0 < cell_budget() and t2 - t1 < cell_budget(), (t1 - t0, t2 - t1)
 
 
 # ---------------------------------------------------------------- experiment 2: selection

@@ -7,6 +7,7 @@ import pytest
 from snippets import results
 from snippets.ch5_zero_sharding import d06_zero_offload_infinity as page
 from snippets.common import zero_memory as zm
+from tests.conftest import cell_budget
 
 
 def test_pcie_rates_are_derived_from_lanes_and_encoding():
@@ -94,9 +95,9 @@ def test_figures_and_tables_are_fast():
     t0 = time.process_time()
     svg = page.step_time_figure(page.NODE_TOKENS, page.NODE_N)
     page.model_size_table(page.NODE_TOKENS, page.NODE_N)
-    assert "<svg" in svg and time.process_time() - t0 < 1.0
+    assert "<svg" in svg and time.process_time() - t0 < cell_budget()
     t0 = time.process_time()
-    assert "<svg" in page.efficiency_figure(page.NODE_N) and time.process_time() - t0 < 1.0
+    assert "<svg" in page.efficiency_figure(page.NODE_N) and time.process_time() - t0 < cell_budget()
 
 
 # ------------------------------------------------------------ the committed DeepSpeed results
