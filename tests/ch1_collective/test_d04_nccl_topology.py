@@ -98,13 +98,13 @@ def test_figure_and_cells_are_fast():
     from snippets.common import figures
 
     figures.svg(figures.new()[0])  # matplotlib's one-off start-up is not the cell's cost
-    t0 = time.process_time()  # CPU time of this process: other jobs on the machine do not count
+    t0 = time.thread_time()  # CPU time of this thread: other jobs and threads do not count
     cs = page.topology_cases()
     [page.evaluate_case(c) for c in cs]
     assert "<svg" in page.topology_figure(cs)
-    t1 = time.process_time()
+    t1 = time.thread_time()
     assert "<svg" in page.selection_figure([1, 2, 16], 450.0, 400.0)
-    t2 = time.process_time()
+    t2 = time.thread_time()
     assert t1 - t0 < cell_budget() and t2 - t1 < cell_budget(), (t1 - t0, t2 - t1)
 
 
