@@ -53,7 +53,8 @@ def main(argv: list[str]) -> int:
         cmd = command(program, nproc, extra, launcher)
         print("+", " ".join(cmd), flush=True)
         t0 = time.time()
-        rc = subprocess.call(cmd, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        rc = subprocess.call(cmd, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1",
+                                                   "PYTHONPATH": str(ROOT)})
         print(f"  exit {rc} after {time.time() - t0:.1f} s", flush=True)
         status = status or rc
     return status

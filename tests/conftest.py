@@ -20,7 +20,9 @@ def launch(script: str, nproc: int = 2, args=(), timeout: float = 60, check: boo
 
     Returns (CompletedProcess, seconds). CUDA is hidden so the program takes its gloo path.
     """
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    # PYTHONPATH: this checkout's gpu_runs/snippets, not whichever checkout the venv was installed from
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     cmd = [TORCHRUN, "--standalone", f"--nproc_per_node={nproc}", script, *map(str, args)]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
