@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,7 +33,30 @@ RUNS: list[tuple[str, int, list[str], str]] = [
 ]
 
 
-def command(program: str, nproc: int, extra: list[str], launcher: str = "torchrun") -> list[str]:
+# The GPU refresh plan (`make gpu-runs` / `python scripts/runs.py --gpu`): one entry per launch of a
+# program's `--preset gpu`. `gpus`: how many GPUs the launch uses ("all" = every visible GPU);
+# `min_gpus`: below this many visible GPUs the entry is skipped, with the reason printed.
+# Every chapter appends its programs here; `--gpu --dry-run` prints the plan on any machine.
+@dataclass(frozen=True)
+class GpuRun:
+    program: str
+    min_gpus: int
+    gpus: int | str = "all"
+    args: tuple[str, ...] = ("--preset", "gpu")
+    launcher: str = "torchrun"
+    what: str = ""
+
+
+GPU_RUNS: list[GpuRun] = [
+    GpuRun("collectives_bench", 2, what="Ch1: nccl-tests-style algbw/busbw sweep over all visible GPUs"),
+    GpuRun("collectives_semantics", 2, what="Ch1-01: per-rank inputs/outputs of the 8 collectives on NCCL"),
+    GpuRun("nccl_debug_capture", 1, what="Ch1-04: NCCL_DEBUG=INFO topology/graph/tuning capture"),
+    GpuRun("zero_bench", 2, what="Ch5-02..04: ZeRO 0-3 bytes and collectives on CUDA"),
+    GpuRun("fsdp_bench", 2, what="Ch5-05: FSDP2 per-rank bytes and step time on CUDA"),
+    GpuRun("offload_bench", 1, gpus=1, what="Ch5-06: ZeRO-Offload PCIe bytes and step time"),
+]
+
+program: str, nproc: int, extra: list[str], launcher: str = "torchrun") -> list[str]:
     script = f"gpu_runs/{program}.py"
     if launcher == "deepspeed":
         return [str(Path(sys.executable).with_name("deepspeed")), f"--num_gpus={nproc}", script, *extra]
