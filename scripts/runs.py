@@ -56,7 +56,7 @@ GPU_RUNS: list[GpuRun] = [
     GpuRun("offload_bench", 1, gpus=1, what="Ch5-06: ZeRO-Offload PCIe bytes and step time"),
 ]
 
-program: str, nproc: int, extra: list[str], launcher: str = "torchrun") -> list[str]:
+def command(program: str, nproc: int, extra: list[str], launcher: str = "torchrun") -> list[str]:
     script = f"gpu_runs/{program}.py"
     if launcher == "deepspeed":
         return [str(Path(sys.executable).with_name("deepspeed")), f"--num_gpus={nproc}", script, *extra]
