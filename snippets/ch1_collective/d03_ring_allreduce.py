@@ -138,6 +138,15 @@ def ring_crossovers(n: int, alpha: float, beta: float) -> dict[str, float]:
     """Message size above which ring beats each latency-friendlier algorithm (bytes)."""
     return {name: float(ab.crossover_bytes(n, alpha, beta, fn, ab.ring_allreduce_time))
             for name, fn in ab.ALGORITHMS.items() if name != "ring"}
+
+
+def crossover_label(v: float) -> str:
+    """How the page prints a crossover: 0 and inf are different answers."""
+    if v == float("inf"):
+        return "없음 (ring 이 더 빠른 크기가 없음)"
+    if v == 0:
+        return "모든 S (ring 이 느린 크기가 없음)"
+    return f"{v / 2**20:,.1f} MiB"
 # --8<-- [end:compare]
 
 

@@ -199,11 +199,7 @@ def crossover_table(alpha: float, beta: float, ns=(2, 4, 8, 16, 64, 256, 1024)) 
         row = {"N": n, "ring S*": n * alpha / beta}
         for name in ("recursive doubling", "double binary tree"):
             other = ab.ALGORITHMS[name]
-            s_x = float(ab.crossover_bytes(n, alpha, beta, other, ab.ring_allreduce_time))
-            if s_x == float("inf") and all(ab.ring_allreduce_time(n, s, alpha, beta) <= other(n, s, alpha, beta)
-                                           for s in (0.0, 1.0, 1e12)):
-                s_x = 0.0
-            row[name] = s_x
+            row[name] = float(ab.crossover_bytes(n, alpha, beta, other, ab.ring_allreduce_time))
         out.append(row)
     return out
 # --8<-- [end:crossover]

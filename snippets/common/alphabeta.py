@@ -94,17 +94,28 @@ def allreduce_latency_lower_bound(n, alpha):
 
 # --8<-- [start:crossover]
 def crossover_bytes(n, alpha, beta, fast_small, fast_large):
-    """Message size S* at which `fast_large` becomes cheaper than `fast_small`.
+    """Message size S* above which `fast_large` is strictly cheaper than `fast_small`.
 
-    Both costs are affine in S: T = a + b·S. Equal at S* = (a_L − a_s)/(b_s − b_L).
-    Returns inf when the lines never cross for S > 0.
+    Both costs are affine in S: T = a + b·S. Three cases, told apart (not folded into one value):
+      * 0.0  — `fast_large` is never slower for any S ≥ 0 (a_L ≤ a_s and b_L ≤ b_s);
+      * inf  — `fast_large` is never cheaper for large S (b_L ≥ b_s and it does not win at S = 0,
+               or b_L > b_s: it may win small messages but loses every large one);
+      * S* = (a_L − a_s)/(b_s − b_L) > 0 otherwise: `fast_small` wins below, `fast_large` above.
+    Slopes or intercepts equal to within 1e-9 (relative) count as equal; the slopes are read over
+    2^40 bytes so that the intercept does not swamp them in floating point.
     """
+    s1 = float(2 ** 40)
     a_s, a_l = fast_small(n, 0.0, alpha, beta), fast_large(n, 0.0, alpha, beta)
-    b_s = fast_small(n, 1.0, alpha, beta) - a_s
-    b_l = fast_large(n, 1.0, alpha, beta) - a_l
+    b_s = (fast_small(n, s1, alpha, beta) - a_s) / s1
+    b_l = (fast_large(n, s1, alpha, beta) - a_l) / s1
+    a_s, a_l, b_s, b_l = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (a_s, a_l, b_s, b_l)))
+    same_b = np.isclose(b_s, b_l, rtol=1e-9, atol=0.0)
+    a_le = (a_l <= a_s) | np.isclose(a_l, a_s, rtol=1e-9, atol=0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         m = (a_l - a_s) / (b_s - b_l)
-    return np.where((b_s > b_l) & (m > 0), m, np.inf)
+    out = np.where(same_b, np.where(a_le, 0.0, np.inf),
+                   np.where(b_s > b_l, np.where(a_le, 0.0, m), np.inf))
+    return out[()] if out.ndim == 0 else out
 # --8<-- [end:crossover]
 
 

@@ -55,33 +55,99 @@ def test_uneven_chunks_exercise_2(n, count):
     assert sent.max() - 2 * (n - 1) * count / n < 2
 
 
-def test_ring_meets_bandwidth_bound_not_latency_bound():
-    """Theorems 1.3.6 / 1.3.7 as the page states them."""
-    n = np.array([2, 3, 4, 8, 100, 1024])
-    s = 1e6
-    ring_bw = ab.ring_allreduce_time(n, s, 0.0, 1.0)
-    assert np.allclose(ring_bw, ab.allreduce_bandwidth_lower_bound(n, s, 1.0))
-    ring_lat = ab.ring_allreduce_time(n, s, 1.0, 0.0)
-    assert np.all(ring_lat > ab.allreduce_latency_lower_bound(n, 1.0))
-    assert round(float(ring_lat[-1] / ab.allreduce_latency_lower_bound(1024, 1.0))) == 205
+SMALL_NS = (2, 3, 4, 5, 6, 7, 8)
+
+
+def _all_simulators():
+    from snippets.ch1_collective import d02_allreduce_algorithms as d02
+
+    sims = dict(d02.SIMULATORS)
+    sims["binomial tree"] = d02.binomial_tree_allreduce
+    return sims
+
+
+@pytest.mark.parametrize("n", SMALL_NS)
+def test_bandwidth_and_latency_bounds_hold_for_every_simulator(n):
+    """Theorems 1.3.6 / 1.3.7 against every AllReduce simulator in the book, on real arrays at small N:
+    each one is correct, its ranks send ≥ 2(N−1)S bytes in total, its busiest rank sends
+    ≥ 2(N−1)S/N, it takes ≥ ⌈log₂N⌉ steps; the ring meets the bandwidth bound with equality and
+    (N ≥ 2) misses the step bound."""
+    from snippets.ch1_collective import d02_allreduce_algorithms as d02
+
+    count = 8 * n * 4  # divisible by N and by every segment count the simulators use
+    x = d02.inputs(n, count)
+    s = count * x.dtype.itemsize
+    checked = 0
+    for name, fn in _all_simulators().items():
+        try:
+            sim = fn(x)
+        except (AssertionError, ValueError):  # a schedule defined only for some N (e.g. powers of two)
+            continue
+        checked += 1
+        assert sim.correct(x), name
+        assert int(sim.sent.sum()) >= 2 * (n - 1) * s, name
+        assert int(sim.sent.max()) * n >= 2 * (n - 1) * s, name
+        assert sim.steps >= int(np.ceil(np.log2(n))), name
+        if name == "ring":
+            assert int(sim.sent.max()) * n == int(sim.sent.min()) * n == 2 * (n - 1) * s
+            assert sim.steps == 2 * (n - 1) > np.ceil(np.log2(n))
+    assert checked >= 5
+
+
+def test_latency_gap_at_1024():
+    """Theorem 1.3.7's figure: 2(N−1)/⌈log₂N⌉ ≈ 205 at N = 1024, counted by the simulator's steps."""
+    rows = page.bytes_sweep([1024])
+    assert round(rows[0]["steps"] / np.ceil(np.log2(1024))) == 205
 
 
 def test_rabenseifner_never_slower_than_ring_for_powers_of_two():
-    """Corollary 1.3.8."""
+    """Corollary 1.3.8, by brute force over sizes, and crossover_bytes' "never faster" answer."""
     sizes = np.logspace(0, 10, 50)
     for n in [2, 4, 8, 64, 1024]:
         assert np.all(ab.rabenseifner_time(n, sizes, 5e-6, 1e-10) <= ab.ring_allreduce_time(n, sizes, 5e-6, 1e-10))
     assert page.ring_crossovers(64, page.ALPHA_EXAMPLE, page.BETA_EXAMPLE)["Rabenseifner"] == float("inf")
 
 
-def test_crossover_is_where_costs_meet():
-    """Experiment 3: below S* recursive doubling wins, above it ring wins, at S* they are equal."""
+def _brute_crossover(n, a, b, small, large):
+    """Independent answer: scan S on a fine grid; 0 if `large` is never slower, else where it wins."""
+    sizes = np.concatenate([[0.0], np.logspace(-3, 15, 4000)])
+    tl, ts = large(n, sizes, a, b), small(n, sizes, a, b)
+    if np.all(tl <= ts * (1 + 1e-12)):
+        return 0.0
+    wins = tl < ts * (1 - 1e-12)
+    if not wins[-1]:
+        return float("inf")
+    last_loss = np.nonzero(~wins)[0].max()
+    return sizes[last_loss], sizes[min(last_loss + 1, len(sizes) - 1)]
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 8, 64, 1024])
+def test_crossover_bytes_agrees_with_brute_force_for_every_pair(n):
+    """The shared alphabeta.crossover_bytes tells 0 ("never slower") from inf ("never faster"), for every
+    ordered pair of the book's cost formulas, checked against a scan of the costs themselves."""
     a, b = page.ALPHA_EXAMPLE, page.BETA_EXAMPLE
-    s_star = page.ring_crossovers(64, a, b)["recursive doubling"]
-    assert np.isclose(ab.ring_allreduce_time(64, s_star, a, b), ab.recursive_doubling_time(64, s_star, a, b))
-    assert ab.recursive_doubling_time(64, s_star / 2, a, b) < ab.ring_allreduce_time(64, s_star / 2, a, b)
-    assert ab.recursive_doubling_time(64, s_star * 2, a, b) > ab.ring_allreduce_time(64, s_star * 2, a, b)
-    assert page.best_algorithm(64, [1 << 10], a, b) != ["ring"]
+    costs = {**ab.ALGORITHMS, "binary tree": ab.binary_tree_time}
+    for ns_, small in costs.items():
+        for nl, large in costs.items():
+            if ns_ == nl:
+                continue
+            got = float(ab.crossover_bytes(n, a, b, small, large))
+            want = _brute_crossover(n, a, b, small, large)
+            if isinstance(want, tuple):
+                assert want[0] <= got <= want[1] * (1 + 1e-9), (n, ns_, nl, got, want)
+            else:
+                assert got == want, (n, ns_, nl, got, want)
+
+
+def test_experiment3_ring_never_slower_than_naive():
+    """The bug the first edition printed: ring vs naive is "all S" (0), never "ring always slower"."""
+    cross = page.ring_crossovers(64, page.ALPHA_EXAMPLE, page.BETA_EXAMPLE)
+    assert cross["naive (reduce+bcast)"] == 0.0
+    sizes = np.logspace(0, 12, 100)
+    assert np.all(ab.ring_allreduce_time(64, sizes, page.ALPHA_EXAMPLE, page.BETA_EXAMPLE)
+                  <= ab.naive_allreduce_time(64, sizes, page.ALPHA_EXAMPLE, page.BETA_EXAMPLE))
+    assert page.crossover_label(cross["naive (reduce+bcast)"]).startswith("모든 S")
+    assert page.crossover_label(cross["Rabenseifner"]).startswith("없음")
 
 
 def test_fit_recovers_known_constants():
