@@ -247,9 +247,11 @@ def test_capture_script_refuses_under_torchrun(tmp_path):
 def test_capture_script_not_in_cpu_runs():
     """The capture needs CUDA: it must not be in the CPU regeneration list (it may be in the GPU plan)."""
     import importlib.util
+    import sys
 
     spec = importlib.util.spec_from_file_location("runs_mod", ROOT / "scripts" / "runs.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
     assert all(r[0] != "nccl_debug_capture" for r in mod.RUNS)
 
