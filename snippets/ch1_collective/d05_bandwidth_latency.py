@@ -228,6 +228,15 @@ def link_rows(n: int, bucket_sizes, alpha: float = ALPHA_ASSUMED) -> list[dict]:
         rows.append({"link": name, "GBps": gbps, "s_star": s_star,
                      **{s: float(bandwidth_fraction(s, s_star)) for s in bucket_sizes}})
     return rows
+
+
+ALPHA_RANGE = (1e-6, 2.5e-6, 5e-6, 10e-6)  # the η of a link moves with the assumed α: show the spread
+
+
+def eta_vs_alpha(n: int, s: float, alphas=ALPHA_RANGE) -> dict[str, list[float]]:
+    """Bandwidth share η(S) of each published link for several assumed α (ring AllReduce, N ranks)."""
+    return {name: [float(bandwidth_fraction(s, n * a * gbps * 1e9)) for a in alphas]
+            for name, gbps in LINKS_GBPS.items()}
 # --8<-- [end:links]
 
 

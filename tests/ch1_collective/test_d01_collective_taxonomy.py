@@ -32,7 +32,6 @@ def test_reference_shapes_definitions(n, c):
         assert (rows["reduce_scatter"]["in_other"], rows["reduce_scatter"]["out_other"]) == (full, blk)
         assert (rows["all_reduce"]["in_other"], rows["all_reduce"]["out_other"]) == (full, full)
         assert (rows["all_to_all"]["in_other"], rows["all_to_all"]["out_other"]) == (full, full)
-        assert other != root or n == 1
 
 
 @pytest.mark.parametrize("n,c", [(2, 1), (4, 2), (7, 3)])
@@ -151,9 +150,12 @@ def test_saved_run_theorem_and_deprecations():
     assert [x["output"] for x in comp["ranks"]] == ar
     rs = [x["output"] for x in by_api["reduce_scatter"]["ranks"]]
     assert [x["shard"] for x in comp["ranks"]] == rs
-    if r.data["versions"]["torch"].startswith("2.13"):
-        assert "all_gather_single" in (by_api["all_gather_into_tensor"]["ranks"][0]["warning"] or "")
-        assert "reduce_scatter_single" in (by_api["reduce_scatter_tensor"]["ranks"][0]["warning"] or "")
+    import torch
+
+    # the committed run must come from the installed torch, so no assertion is version-gated away
+    assert r.data["versions"]["torch"] == torch.__version__
+    assert "all_gather_single" in (by_api["all_gather_into_tensor"]["ranks"][0]["warning"] or "")
+    assert "reduce_scatter_single" in (by_api["reduce_scatter_tensor"]["ranks"][0]["warning"] or "")
 
 
 def test_saved_run_sum_is_default_and_avg_is_the_mean():
@@ -165,10 +167,12 @@ def test_saved_run_sum_is_default_and_avg_is_the_mean():
     total = np.sum([x["input"] for x in by_api["all_reduce"]["ranks"]], axis=0)
     assert all(np.array_equal(x["output"], total) for x in by_api["all_reduce"]["ranks"])
     avg = by_api["all_reduce(op=ReduceOp.AVG)"]["ranks"]
-    if r.data["versions"]["torch"].startswith("2.13") and r.hardware["backend"] == "gloo":
+    import torch
+
+    assert r.data["versions"]["torch"] == torch.__version__
+    if r.hardware["backend"] == "gloo":
         assert not any(x["error"] for x in avg)  # the page's ⚖️ note (the docstring says NCCL only)
-    if not any(x["error"] for x in avg):
-        assert all(np.allclose(x["output"], total / n) for x in avg)
+    assert all(np.allclose(x["output"], total / n) for x in avg if not x["error"])
 
 
 def test_saved_reduce_leaves_non_root_buffers_modified():
