@@ -586,3 +586,101 @@ def render_capture(data: dict, max_lines: int = 40) -> str:
                 for a in parsed["algos"]]
     return "\n".join(out)
 # --8<-- [end:capture]
+
+
+# --8<-- [start:hier]
+def hierarchical_allreduce(x: np.ndarray, nodes: int, per_node: int) -> dict:
+    """2D AllReduce moving real arrays: x[r] is rank r = node·g + local's input (g = per_node).
+
+    1. in each node, ring ReduceScatter over its g ranks: local rank l ends with block l summed over the node;
+    2. for each l (a "rail": local rank l of every node, with its own NIC), ring AllReduce of block l
+       across the G nodes;
+    3. in each node, ring AllGather of the g reduced blocks.
+    Returns the result and, per rank, the bytes sent inside nodes and across nodes, and the steps.
+    """
+    from snippets.ch1_collective.d01_collective_taxonomy import ring_all_gather, ring_reduce_scatter
+    from snippets.ch1_collective.d03_ring_allreduce import ring_allreduce
+
+    n, count = x.shape
+    g, G = per_node, nodes
+    assert n == g * G and count % g == 0
+    intra, inter = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    node_ranks = [np.arange(k * g, (k + 1) * g) for k in range(G)]
+    blocks = np.zeros((G, g, count // g), dtype=x.dtype)
+    for k, rs in enumerate(node_ranks):                      # phase 1: ReduceScatter inside node k
+        blocks[k], sent = ring_reduce_scatter(x[rs])
+        intra[rs] += sent
+    inter_steps = 0
+    for l in range(g):                                       # phase 2: AllReduce across nodes on rail l
+        if G > 1:
+            blocks[:, l], sent, _, inter_steps = ring_allreduce(blocks[:, l])
+            inter[[rs[l] for rs in node_ranks]] += sent
+    out = np.empty_like(x)
+    for k, rs in enumerate(node_ranks):                      # phase 3: AllGather inside node k
+        out[rs], sent = ring_all_gather(blocks[k])
+        intra[rs] += sent
+    return {"out": out, "intra_sent": intra, "inter_sent": inter,
+            "intra_steps": 2 * (g - 1), "inter_steps": inter_steps}
+
+
+def hierarchical_check(nodes: int, per_node: int, elems: int = 4) -> dict:
+    """Run the 2D AllReduce on random integers; put its counts beside Theorem 1.4.9's."""
+    g, G = per_node, nodes
+    n, count = g * G, g * G * elems
+    x = np.random.default_rng(n).integers(-8, 8, size=(n, count)).astype(np.float32)
+    r = hierarchical_allreduce(x, G, g)
+    s = count * 4
+    return {"G": G, "g": g, "N": n, "S": s, "correct": bool(np.array_equal(r["out"], np.broadcast_to(x.sum(0), x.shape))),
+            "intra_max": int(r["intra_sent"].max()), "intra_min": int(r["intra_sent"].min()),
+            "f_intra": 2 * (g - 1) * s / g,
+            "inter_max": int(r["inter_sent"].max()), "inter_min": int(r["inter_sent"].min()),
+            "f_inter": 2 * (G - 1) * s / (g * G),
+            "total": int((r["intra_sent"] + r["inter_sent"]).max()), "bound": 2 * (n - 1) * s / n,
+            "steps": r["intra_steps"] + r["inter_steps"], "f_steps": 2 * (g - 1) + 2 * (G - 1)}
+# --8<-- [end:hier]
+
+
+HIER_CASES = ((2, 8), (3, 4), (4, 2), (2, 3), (5, 3), (16, 8), (1, 8), (8, 1))
+
+# Constants for the comparison (stated, not measured): per-direction line rates from link_rates(),
+# and as α the NCCL 2.30.7 per-hop latencies of ring/Simple (hwLatencies: NVLink 3.4 µs, network 14 µs).
+def hier_constants() -> dict:
+    rates = {r["link"]: r["per_direction"] for r in link_rates()}
+    return {"alpha_intra": HW_LAT["nvlink"]["ring"][2] * 1e-6, "beta_intra": 1 / (rates["NVLink4 (H100)"] * 1e9),
+            "alpha_inter": HW_LAT["net"]["ring"][2] * 1e-6, "beta_inter": 1 / (rates["InfiniBand NDR (1 port)"] * 1e9)}
+
+
+def hier_time_rows(node_counts=(2, 16), per_node: int = 8, sizes=(1 << 20, 64 << 20, 1 << 30)) -> list[dict]:
+    c = hier_constants()
+    rows = []
+    for G in node_counts:
+        for s in sizes:
+            rows.append({"G": G, "S": s,
+                         "flat1": float(ab.flat_ring_two_level_time(G, per_node, s, **c)),
+                         "flatk": float(ab.flat_ring_two_level_time(G, per_node, s, **c, channels=per_node)),
+                         "hier": float(ab.hierarchical_allreduce_time(G, per_node, s, **c))})
+    return rows
+
+
+# --8<-- [start:budget]
+# One worked step budget (all inputs are stated assumptions, printed on the page):
+BUDGET = {"params": 7e9, "grad_bytes_per_param": 2, "nodes": 2, "per_node": 8,
+          "tokens_per_gpu": 8 * 4096, "peak_flops": 989e12, "mfu": 0.40}
+
+
+def step_budget(b: dict = BUDGET) -> dict:
+    """Gradient bytes, AllReduce time (2D, Theorem 1.4.9), backward compute time, and the overlap condition.
+
+    Backward ≈ 2 × forward ≈ 4ψ FLOPs per token (forward 2ψ: one multiply-add per parameter per token).
+    AllReduce can hide behind backward only if T_comm ≤ T_bwd, i.e. tokens per GPU ≥ τ* = T_comm·F·MFU/(4ψ).
+    """
+    c = hier_constants()
+    psi, s = b["params"], b["params"] * b["grad_bytes_per_param"]
+    t_comm = float(ab.hierarchical_allreduce_time(b["nodes"], b["per_node"], s, **c))
+    t_flat = float(ab.flat_ring_two_level_time(b["nodes"], b["per_node"], s, **c, channels=b["per_node"]))
+    rate = b["peak_flops"] * b["mfu"]
+    t_bwd = 4 * psi * b["tokens_per_gpu"] / rate
+    tau = t_comm * rate / (4 * psi)
+    return {"S": s, "t_comm": t_comm, "t_comm_flat": t_flat, "t_bwd": t_bwd, "tau_star": tau,
+            "overlaps": t_comm <= t_bwd, "ratio": t_comm / t_bwd}
+# --8<-- [end:budget]

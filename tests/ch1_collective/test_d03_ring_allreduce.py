@@ -92,6 +92,15 @@ def test_bandwidth_and_latency_bounds_hold_for_every_simulator(n):
             assert int(sim.sent.max()) * n == int(sim.sent.min()) * n == 2 * (n - 1) * s
             assert sim.steps == 2 * (n - 1) > np.ceil(np.log2(n))
     assert checked >= 5
+    from snippets.ch1_collective.d04_nccl_topology import hierarchical_allreduce
+
+    for g in range(2, n):                       # the 2D AllReduce (Ch1-04) for every split N = G·g
+        if n % g == 0:
+            r = hierarchical_allreduce(x, n // g, g)
+            assert np.array_equal(r["out"], np.broadcast_to(x.sum(0), x.shape))
+            sent = r["intra_sent"] + r["inter_sent"]
+            assert int(sent.sum()) >= 2 * (n - 1) * s and int(sent.max()) * n >= 2 * (n - 1) * s
+            assert r["intra_steps"] + r["inter_steps"] >= int(np.ceil(np.log2(n)))
 
 
 def test_latency_gap_at_1024():

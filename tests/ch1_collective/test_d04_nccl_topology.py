@@ -323,3 +323,70 @@ def test_render_capture_on_a_synthetic_record():
                                                    {"rank": 1, "node": 0, "lines": []}]}}
     md = page.render_capture(data)
     assert "| AllReduce | 1,024 | TREE | LL | 0..0 |" in md and "Channel 00/02 : 0 1" in md
+
+
+# ---------------------------------------------------------------- Theorem 1.4.9, experiments 5 and 6
+
+@pytest.mark.parametrize("G,g", page.HIER_CASES)
+def test_hierarchical_simulator_matches_theorem_byte_for_byte(G, g):
+    """Theorem 1.4.9 (a)-(c): the 2D AllReduce on real integers is correct; per-rank intra/NIC bytes and
+    steps equal the formulas exactly; the total equals the ring lower bound 2(N−1)S/N."""
+    r = page.hierarchical_check(G, g)
+    assert r["correct"]
+    assert r["intra_max"] == r["intra_min"] == r["f_intra"]
+    assert r["inter_max"] == r["inter_min"] == r["f_inter"]
+    assert r["total"] == r["bound"]
+    assert r["steps"] == r["f_steps"]
+
+
+def test_hierarchical_time_formula_from_simulated_counts():
+    """Theorem 1.4.9 (d): the shared cost equals the simulator's steps × α plus its bytes × β, phase by phase."""
+    G, g, elems = 3, 4, 8
+    n, count = G * g, G * g * elems
+    x = np.random.default_rng(0).integers(-8, 8, size=(n, count)).astype(np.float32)
+    r = page.hierarchical_allreduce(x, G, g)
+    s = count * 4
+    ai, bi, ae, be = 2e-6, 1 / 300e9, 9e-6, 1 / 25e9
+    sim = r["intra_steps"] * ai + r["intra_sent"].max() * bi + r["inter_steps"] * ae + r["inter_sent"].max() * be
+    assert float(ab.hierarchical_allreduce_time(G, g, s, ai, bi, ae, be)) == pytest.approx(sim, rel=1e-12)
+
+
+def test_hierarchical_vs_flat_ring_claims():
+    """Theorem 1.4.9 (e) and experiment 5's reading, on a grid of sizes: with α_i ≤ α_e and β_i ≤ β_e the
+    2D latency term never exceeds the flat ring's; 2D beats a 1-channel flat ring at every S; with g channels
+    the flat ring wins some large sizes at the page's constants and loses the small ones."""
+    c = page.hier_constants()
+    assert c["alpha_intra"] <= c["alpha_inter"] and c["beta_intra"] <= c["beta_inter"]
+    sizes = np.logspace(3, 11, 60)
+    for G in (2, 4, 16):
+        lat2d = ab.hierarchical_allreduce_time(G, 8, 0.0, c["alpha_intra"], 0.0, c["alpha_inter"], 0.0)
+        latflat = ab.flat_ring_two_level_time(G, 8, 0.0, c["alpha_intra"], 0.0, c["alpha_inter"], 0.0)
+        assert lat2d <= latflat
+        h = ab.hierarchical_allreduce_time(G, 8, sizes, **c)
+        assert np.all(h <= ab.flat_ring_two_level_time(G, 8, sizes, **c, channels=1))
+        fk = ab.flat_ring_two_level_time(G, 8, sizes, **c, channels=8)
+        assert h[0] < fk[0] and fk[-1] < h[-1]
+    rows = page.hier_time_rows()
+    assert any(r["flatk"] < r["hier"] for r in rows) and any(r["hier"] < r["flatk"] for r in rows)
+    assert all(r["hier"] < r["flatk"] for r in rows if r["S"] <= 1 << 20)
+
+
+def test_step_budget_recomputed_independently():
+    """Experiment 6: recompute gradient bytes, T_comm (from the simulator's byte counts), T_bwd and τ*."""
+    b = page.BUDGET
+    out = page.step_budget()
+    c = page.hier_constants()
+    s = 7e9 * 2
+    assert out["S"] == s
+    G, g = b["nodes"], b["per_node"]
+    r = page.hierarchical_check(G, g)   # bytes per rank for its S; scale to the gradient size
+    t = (r["steps"] - 2 * (G - 1)) * c["alpha_intra"] + r["intra_max"] / r["S"] * s * c["beta_intra"] \
+        + 2 * (G - 1) * c["alpha_inter"] + r["inter_max"] / r["S"] * s * c["beta_inter"]
+    assert out["t_comm"] == pytest.approx(t, rel=1e-9)
+    t_bwd = 3 * 2 * 7e9 * b["tokens_per_gpu"] / (989e12 * 0.40) * (4 / 6)   # 4ψ per token, written another way
+    assert out["t_bwd"] == pytest.approx(t_bwd, rel=1e-12)
+    assert out["overlaps"] and out["t_comm"] < out["t_bwd"]
+    # at τ* tokens the two times are equal
+    tau = out["tau_star"]
+    assert 4 * 7e9 * tau / (989e12 * 0.40) == pytest.approx(out["t_comm"], rel=1e-12)
+    assert tau < b["tokens_per_gpu"]
