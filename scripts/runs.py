@@ -30,6 +30,7 @@ RUNS: list[tuple[str, int, list[str], str]] = [
     ("zero_bench", 1, [], "torchrun"),                 # Ch5-02..04: ZeRO 0-3 bytes, N = 1
     ("zero_bench", 2, [], "torchrun"),                 # Ch5-02..04: bytes, collectives, CPU step times
     ("zero_bench", 4, ["--no-timing"], "torchrun"),    # Ch5-02..04: bytes and collectives only
+    ("cpu_allreduce_gap", 2, [], "torchrun"),          # Ch1-05: gloo vs DeepSpeed shm vs memcpy, same box
 ]
 
 

@@ -271,3 +271,57 @@ def crossover_figure(alpha: float, beta: float, label: str):
     ax.set_title(label, fontsize=9)
     ax.legend(fontsize=8)
     return figures.svg(fig)
+
+
+# --8<-- [start:gap]
+GAP_PROGRAM = "cpu_allreduce_gap"
+
+
+def shm_memory_passes(n: int) -> float:
+    """Copy-equivalents of S that DeepSpeed 0.19.8's shm all-reduce moves through memory per rank
+    (csrc/cpu/comm/shm.cpp, distributed_naive_reduce, S ≥ 1 MiB): copy-in of S (read S, write S),
+    reduce of its slice (read N·S/N, write S/N), copy-out of S (read S, write S). A copy of S reads
+    and writes S, so the three passes are 1 + (1 + 1/N)/2 + 1 copies."""
+    return 2 + (1 + 1 / n) / 2
+
+
+def gap_rows(result) -> list[dict]:
+    """Per size: busbw of gloo and ds_shm, the memcpy rate, and the shm ceiling the memcpy rate implies."""
+    n = result.hardware["world_size"]
+    by = {}
+    for m in result.measurements:
+        by.setdefault(m["bytes"], {})[m["method"]] = m
+    rows = []
+    for s in sorted(by):
+        d = by[s]
+        if not {"gloo", "memcpy"} <= set(d):
+            continue
+        copy = d["memcpy"]["algbw_GBps"]
+        rows.append({"bytes": s, "gloo": d["gloo"]["busbw_GBps"],
+                     "ds_shm": d["ds_shm"]["busbw_GBps"] if "ds_shm" in d else None,
+                     "memcpy": copy,
+                     # the three-pass path (distributed_naive_reduce) runs from 1 MiB (NAIVE_ALLREDUCE_THRESHOLD)
+                     "shm_ceiling": (copy * ab.BUSBW_FACTOR["all_reduce"](n) / shm_memory_passes(n)
+                                     if s >= 1 << 20 else None),
+                     "wrong": sum(v["wrong"] for v in d.values())})
+    return rows
+# --8<-- [end:gap]
+
+
+def gap_figure(result) -> str:
+    from snippets.common import figures
+
+    rows = gap_rows(result)
+    s = [r["bytes"] for r in rows]
+    fig, ax = figures.new(7, 4)
+    ax.loglog(s, [r["memcpy"] for r in rows], "k.-", label="memcpy (GB/s 복사, 모든 rank 동시에)")
+    big = [r for r in rows if r["shm_ceiling"] is not None]
+    ax.loglog([r["bytes"] for r in big], [r["shm_ceiling"] for r in big], "k:",
+              label="shm 상한 = memcpy × 2(N−1)/N ÷ 메모리 통과 수 (S ≥ 1 MiB)")
+    if all(r["ds_shm"] for r in rows):
+        ax.loglog(s, [r["ds_shm"] for r in rows], "o-", label="DeepSpeed shm all-reduce busbw")
+    ax.loglog(s, [r["gloo"] for r in rows], "s-", label="gloo all_reduce busbw")
+    ax.set_xlabel("메시지 크기 S (bytes)")
+    ax.set_ylabel("GB/s")
+    ax.legend(fontsize=8)
+    return figures.svg(fig)

@@ -1,5 +1,6 @@
 """Ch1-05 Bandwidth vs Latency Bound (and the Chapter 1 lab): each test asserts a claim the page makes."""
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -254,3 +255,51 @@ def test_summary_orders_of_magnitude(runs):
         assert 100e-6 <= f["alpha"] < 1e-3, op
         assert 0.3 <= f["bandwidth_GBps"] <= 3.0, op
         assert 100 * 2**10 <= f["s_star"] < 2**20, op
+
+
+# ---------------------------------------------------------------- experiment 6: the same-box gap
+
+def _gap():
+    return results.load(page.GAP_PROGRAM, kind="cpu")[0]
+
+
+def test_shm_memory_passes_match_the_installed_source():
+    """The three passes of c(N) are read from DeepSpeed's installed shm.cpp: copy-in, reduce, copy-out,
+    and the > 1 MiB path is distributed_naive_reduce."""
+    import deepspeed
+
+    src = (Path(deepspeed.__file__).parent / "ops" / "csrc" / "cpu" / "comm" / "shm.cpp").read_text()
+    body = src[src.index("void distributed_naive_reduce"):src.index("void all_reduce_outer_loop")]
+    assert body.count("parallel_memcpy(") == 2          # copy-in and copy-out
+    assert "reduce_all_buffers(" in body                 # the reduce of this rank's slice
+    assert "NAIVE_ALLREDUCE_THRESHOLD 1048576" in src
+    iface = (Path(deepspeed.__file__).parent / "ops" / "csrc" / "cpu" / "comm" / "shm_interface.cpp").read_text()
+    assert 'getenv("LOCAL_SIZE")' in iface and "if (all_ranks_local_p) { shm_initialize" in iface  # the page's LOCAL_SIZE note
+    assert page.shm_memory_passes(2) == pytest.approx(2.75)
+    assert page.shm_memory_passes(1024) == pytest.approx(2 + 0.5 * (1 + 1 / 1024))
+
+
+def test_gap_results_are_correct_and_ordered():
+    """Experiment 6's readings on the committed result: every result exact; DeepSpeed's shm all-reduce ran;
+    at S ≥ 16 MiB gloo < shm, and shm stays below what even two memory passes (copy-in, copy-out) allow."""
+    r = _gap()
+    assert r.hardware["world_size"] == 2 and r.params["ds_shm"] == "ran"
+    rows = page.gap_rows(r)
+    assert rows and all(x["wrong"] == 0 and x["ds_shm"] is not None for x in rows)
+    big = [x for x in rows if x["bytes"] >= 16 << 20]
+    assert big
+    for x in big:
+        assert x["gloo"] < x["ds_shm"], x
+        assert x["ds_shm"] < x["memcpy"] * ab.BUSBW_FACTOR["all_reduce"](2) / 2, x
+        assert x["shm_ceiling"] < x["memcpy"]
+
+
+@pytest.mark.dist
+def test_gap_program_tiny_run_checks_itself(run_tiny):
+    """The program's tiny preset: three methods at every size, exact results, DeepSpeed's shm op ran."""
+    data, _ = run_tiny(page.GAP_PROGRAM, nproc=2)
+    methods = {(m["method"], m["bytes"]) for m in data["measurements"]}
+    sizes = {m["bytes"] for m in data["measurements"]}
+    assert methods == {(k, s) for k in ("gloo", "ds_shm", "memcpy") for s in sizes}
+    assert all(m["wrong"] == 0 for m in data["measurements"])
+    assert data["params"]["ds_shm"] == "ran"
