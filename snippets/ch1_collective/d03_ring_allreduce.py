@@ -196,3 +196,49 @@ def fit_figure(fits: list[tuple[str, dict]]):
     ax.set_ylabel("all_reduce 시간 (µs, median)")
     ax.legend(fontsize=8)
     return figures.svg(fig)
+
+
+# --8<-- [start:figure]
+def ring_step_layout(n: int = 4) -> list[dict]:
+    """What the ring-step figure draws, panel by panel (the test checks it against Lemma 1.3.4):
+    for each step, the chunk every rank sends to rank r+1 and how many inputs each (rank, chunk) holds."""
+    panels = []
+    for phase, step, state, sends in ring_trace(n)[1:]:
+        counts = np.array([[len(contributors(v, n).split("+")) for v in row] for row in state])
+        panels.append({"phase": phase, "step": step, "sends": [int(c) for c in sends], "counts": counts})
+    return panels
+
+
+def ring_step_figure(n: int = 4) -> str:
+    """2 × (N−1) panels: ranks on a circle, each a row of N chunk cells shaded by how many inputs the
+    chunk already sums; the arrow r → r+1 carries the chunk sent in that step."""
+    import matplotlib.patches as mp
+
+    from snippets.common import figures
+
+    panels = ring_step_layout(n)
+    fig, axes = figures.new(3.0 * (n - 1), 6.2, nrows=2, ncols=n - 1)
+    cmap = __import__("matplotlib").colormaps["Blues"]
+    ang = np.pi / 2 - 2 * np.pi * np.arange(n) / n
+    pos = np.c_[np.cos(ang), np.sin(ang)] * 1.05
+    w = 0.2
+    for ax, p in zip(axes.ravel(), panels):
+        ax.set_xlim(-1.75, 1.75), ax.set_ylim(-1.55, 1.6), ax.set_aspect("equal"), ax.axis("off")
+        ax.set_title(f"{p['phase']} {p['step']}", fontsize=9)
+        for r in range(n):
+            x0, y0 = pos[r] - [n * w / 2, w / 2]
+            for j in range(n):
+                c = p["counts"][r, j]
+                ax.add_patch(mp.Rectangle((x0 + j * w, y0), w, w, facecolor=cmap(0.15 + 0.85 * (c - 1) / (n - 1)),
+                                          edgecolor="k", lw=0.5))
+                ax.text(x0 + (j + 0.5) * w, y0 + w / 2, str(c), ha="center", va="center", fontsize=6,
+                        color="white" if c == n else "black")
+            ax.text(pos[r][0], pos[r][1] + 0.22, f"rank {r}", ha="center", va="bottom", fontsize=7)
+            a, b = pos[r] * 0.72, pos[(r + 1) % n] * 0.72
+            ax.annotate("", xy=b, xytext=a, arrowprops=dict(arrowstyle="->", color="C3", lw=1.2))
+            mid = (a + b) / 2
+            ax.text(*(mid * 0.62), f"c{p['sends'][r]}", fontsize=7, color="C3", ha="center", va="center")
+    fig.suptitle(f"N = {n} ring: 칸 = chunk 0…{n - 1}, 숫자 = step 이 끝난 뒤 그 칸이 더한 입력 수, 화살표 = 그 step 에 보낸 chunk",
+                 fontsize=9)
+    return figures.svg(fig)
+# --8<-- [end:figure]

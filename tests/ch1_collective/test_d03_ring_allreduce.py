@@ -193,3 +193,19 @@ def test_two_process_alpha_is_hundreds_of_microseconds():
     run = next(r for r in results.load("collectives_bench", kind="cpu") if r.hardware["world_size"] == 2)
     f = fit_ring_model(measured_allreduce(run), 2)
     assert 100e-6 <= f["alpha"] < 1e-3
+
+
+@pytest.mark.parametrize("n", [3, 4, 5])
+def test_ring_step_figure_layout_follows_definition_and_lemma(n):
+    """The ring-step figure (experiment 1): sends follow Definition 1.3.3 written out independently
+    ((r − t) mod N, then (r + 1 − t) mod N), the counts follow Lemma 1.3.4, and the last panel is all N."""
+    panels = page.ring_step_layout(n)
+    assert len(panels) == 2 * (n - 1)
+    for i, p in enumerate(panels):
+        t = i if i < n - 1 else i - (n - 1)
+        want = [(r - t) % n if i < n - 1 else (r + 1 - t) % n for r in range(n)]
+        assert p["sends"] == want
+        if i < n - 1:
+            k = t + 1
+            assert all(p["counts"][r, (r - k) % n] == k + 1 for r in range(n))
+    assert (panels[-1]["counts"] == n).all()
