@@ -70,7 +70,7 @@ print(inspect.getsource(lab.worker))
 # %% [markdown]
 # ## 2. 실행: process 2 개, 1 KiB – 4 MiB
 #
-# 이 머신의 core 수보다 많은 process 를 띄우면 collective 가 아니라 OS scheduler 를 재게 됩니다
+# 실행하는 머신의 core 수보다 많은 process 를 띄우면 collective 가 아니라 OS scheduler 를 재게 됩니다
 # ([Ch1-05 실험 3](../05-bandwidth-latency/)). 그래서 시간은 process 2 개로 잽니다.
 
 # %%

@@ -148,3 +148,17 @@ def test_exercise1_crossover():
     k = 4
     s_star = k * a / ((k - 2 * (n - 1) / n) * b)
     assert ab.recursive_doubling_time(n, s_star, a, b) == pytest.approx(ab.rabenseifner_time(n, s_star, a, b))
+
+
+@pytest.mark.parametrize("nodes", [2, 4, 16])
+def test_exercise_3b_nccl_ratio_is_not_n_over_n_minus_1(nodes):
+    """Exercise 3(b): NCCL 2.30.7's model (Ch1-04's model_cost, from tuning.cc) puts tree AllReduce busBw at
+    0.92× before the ½ algbw conversion, so its ring/tree bandwidth ratio is N/(N−1)/0.92, not N/(N−1) —
+    the same 0.92 Ch1-04 exercise 2 uses, so the two pages agree."""
+    from snippets.ch1_collective.d04_nccl_topology import model_cost
+
+    n = 8 * nodes
+    _, b_ring = model_cost("ring", "Simple", nodes, 8, 400.0)
+    _, b_tree = model_cost("tree", "Simple", nodes, 8, 400.0)
+    assert b_ring / b_tree == pytest.approx(n / (n - 1) / 0.92, rel=1e-12)
+    assert b_ring / b_tree != pytest.approx(n / (n - 1), rel=1e-3)

@@ -209,3 +209,29 @@ def test_ring_step_figure_layout_follows_definition_and_lemma(n):
             k = t + 1
             assert all(p["counts"][r, (r - k) % n] == k + 1 for r in range(n))
     assert (panels[-1]["counts"] == n).all()
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 7])
+def test_allgather_received_chunks_are_r_down_to_r_minus_n_plus_2(n):
+    """Proof of Theorem 1.3.5 (a): during the all-gather rank r receives chunks r, r−1, …, r−N+2 (N−1 chunks),
+    read from the trace's sends (rank r receives what rank r−1 sends), and with its own chunk r+1 that is all of Z_N."""
+    trace = page.ring_trace(n)
+    ag = [sends for phase, _, _, sends in trace if phase == "all-gather"]
+    for r in range(n):
+        got = [int(s[(r - 1) % n]) for s in ag]
+        assert got == [(r - k) % n for k in range(n - 1)]
+        assert sorted(got + [(r + 1) % n]) == list(range(n))
+
+
+def test_exercise_3c_names_only_nccl_tests_busbw_factors():
+    """Exercise 3(c) lists nccl-tests' busbw factors: the page may name only the three in BUSBW_FACTOR
+    (2(n−1)/n, (n−1)/n, 1), which nccl-tests 2.19.6 applies in src/*.cu `*GetBw`; no (n−1)/(n+1)."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "ch1-collective" / "03-ring-allreduce.md").read_text()
+    sol = text[text.index("**문제 3 (논문 비평)"):]
+    assert "(n+1)" not in sol and "(N+1)" not in sol
+    for factor in ("$2(n-1)/n$", "$(n-1)/n$"):
+        assert factor in sol
+    values = {round(f(8), 12) for f in ab.BUSBW_FACTOR.values()}
+    assert values == {round(2 * 7 / 8, 12), round(7 / 8, 12), 1.0}

@@ -390,3 +390,19 @@ def test_step_budget_recomputed_independently():
     tau = out["tau_star"]
     assert 4 * 7e9 * tau / (989e12 * 0.40) == pytest.approx(out["t_comm"], rel=1e-12)
     assert tau < b["tokens_per_gpu"]
+
+
+def test_corollary_1_4_6b_needs_a_cut_of_the_whole_node():
+    """Corollary 1.4.6 (b) as reworded: the bound is the capacity of the cut around a vertex set that splits
+    the GPUs. For a node's whole vertex set (NVSwitch, NICs included) that cut is the NIC sum, and every
+    channel set's B stays below it; the set of the node's GPUs alone has a far larger (weaker) cut."""
+    g = page.multi_node(nodes=2, gpus=8, nics_per_node=8)
+    whole = {v for v, d in g.nodes(data=True) if d.get("node") == 0}
+    gpus_only = set(page.gpus_of(g, 0))
+    cut = lambda a: sum(d["cap"] for u, v, d in g.edges(data=True) if u in a and v not in a)
+    nic_sum = 8 * page.gbit_to_GBps(page.IB_PORT_GBIT["NDR"])
+    assert cut(whole) == pytest.approx(nic_sum)
+    assert cut(gpus_only) > 5 * nic_sum
+    for k in (1, 2, 4, 8, 16):
+        b = page.ring_bottleneck(g, page.rotated_rings(g, k))["B"]
+        assert b <= cut(whole) * (1 + 1e-12)
