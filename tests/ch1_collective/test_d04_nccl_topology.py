@@ -385,7 +385,7 @@ def test_step_budget_recomputed_independently():
     assert out["t_comm"] == pytest.approx(t, rel=1e-9)
     t_bwd = 3 * 2 * 7e9 * b["tokens_per_gpu"] / (989e12 * 0.40) * (4 / 6)   # 4ψ per token, written another way
     assert out["t_bwd"] == pytest.approx(t_bwd, rel=1e-12)
-    assert out["overlaps"] and out["t_comm"] < out["t_bwd"]
+    assert out["overlaps"] and out["t_comm"] < 0.1 * out["t_bwd"]   # "a small part of backward"
     # at τ* tokens the two times are equal
     tau = out["tau_star"]
     assert 4 * 7e9 * tau / (989e12 * 0.40) == pytest.approx(out["t_comm"], rel=1e-12)
