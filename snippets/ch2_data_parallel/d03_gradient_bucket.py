@@ -69,12 +69,17 @@ def layout_matches(m: dict, label: str, iteration: int) -> bool:
     return got == predicted_layout(m, label, iteration)
 
 
+def mib(nbytes: int) -> str:
+    """MiB with two decimals; a bucket under 0.01 MiB (a lone bias) in KiB so it does not read as 0.00."""
+    return f"{nbytes / MIB:.2f}" if nbytes >= 0.01 * MIB else f"({nbytes / 1024:g} KiB)"
+
+
 def sweep_rows(m: dict) -> list[list]:
     """One row per bucket_cap_mb: buckets (MiB) in iterations 0, 1, 2 and whether the rule predicts them."""
     rows = []
     for lay in m["layouts"]:
         its = lay["iterations"]
-        cells = [" + ".join(f"{b['bytes'] / MIB:.2f}" for b in its[i]) for i in range(3)]
+        cells = [" + ".join(mib(b["bytes"]) for b in its[i]) for i in range(3)]
         ok = all(layout_matches(m, lay["label"], i) for i in range(len(its)))
         rows.append([f"`{lay['label']}`", *cells, "✅" if ok else "❌"])
     return rows
