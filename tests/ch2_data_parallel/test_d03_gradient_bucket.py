@@ -65,6 +65,8 @@ def test_measured_layouts_equal_the_rule():
     """Experiment 2: every configuration, every iteration, N = 2 and 4: measured buckets = predicted_layout."""
     for n, run in _runs().items():
         m = run.measurements
+        assert run.params["d"] == 512 and run.params["layers"] == 6  # the model the page describes
+        assert sorted({p["bytes"] for p in m["model_params"]}) == [2048, MIB]  # 512·4 B bias, 512·512·4 B weight
         for lay in m["layouts"]:
             for it in range(len(lay["iterations"])):
                 assert page.layout_matches(m, lay["label"], it), (n, lay["label"], it)
