@@ -31,6 +31,8 @@ RUNS: list[tuple[str, int, list[str], str]] = [
     ("zero_bench", 2, [], "torchrun"),                 # Ch5-02..04: bytes, collectives, CPU step times
     ("zero_bench", 4, ["--no-timing"], "torchrun"),    # Ch5-02..04: bytes and collectives only
     ("cpu_allreduce_gap", 2, [], "torchrun"),          # Ch1-05: gloo vs DeepSpeed shm vs memcpy, same box
+    ("ddp_bench", 2, [], "torchrun"),                  # Ch2-01..03: equivalence, buckets, CPU step times
+    ("ddp_bench", 4, ["--no-timing"], "torchrun"),     # Ch2-01..03: equivalence and bucket layouts only
 ]
 
 
@@ -55,6 +57,7 @@ GPU_RUNS: list[GpuRun] = [
     GpuRun("zero_bench", 2, what="Ch5-02..04: ZeRO 0-3 bytes and collectives on CUDA"),
     GpuRun("fsdp_bench", 2, what="Ch5-05: FSDP2 per-rank bytes and step time on CUDA"),
     GpuRun("offload_bench", 1, gpus=1, what="Ch5-06: ZeRO-Offload PCIe bytes and step time"),
+    GpuRun("ddp_bench", 2, what="Ch2-01..03: DDP equivalence, buckets, overlap timeline, bucket_cap_mb sweep on NCCL"),
 ]
 
 def command(program: str, nproc: int, extra: list[str], launcher: str = "torchrun") -> list[str]:
