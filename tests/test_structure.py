@@ -185,3 +185,17 @@ def test_every_executed_cell_has_a_unique_id_and_a_page_session():
                 sess = re.search(r'\bsession="([^"]+)"', line)
                 prefix = f"ch{doc.chapter[2]}-{doc.number:02d}"
                 assert sess and sess.group(1).startswith(prefix), f"{doc.path}: session should be {prefix}: {line}"
+
+
+def test_every_test_file_is_collected():
+    """pytest skips some folder names silently (its default norecursedirs has `dist`, `build`, `.*`,
+    …): a test file it never collects is a test that can never fail. Ask pytest itself."""
+    import subprocess, sys
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    collected = {line.split("::", 1)[0] for line in proc.stdout.splitlines() if "::" in line}
+    on_disk = {p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").rglob("test_*.py")}
+    assert on_disk, "no test files found"
+    missing = sorted(on_disk - collected)
+    assert not missing, f"test files pytest never collects (folder name in norecursedirs? no tests?): {missing}"
