@@ -86,7 +86,8 @@ class Result:
     @property
     def inputs(self) -> dict[str, str]:
         """path -> sha256 of every repository module the run imported (schema 2); schema 1: the script."""
-        return self.data.get("inputs") or {self.data["script"]["path"]: self.data["script"]["sha256"]}
+        script = self.data["script"]
+        return {**self.data.get("inputs", {}), script["path"]: script["sha256"]}
 
     def stale_reasons(self, root: Path | None = None) -> list[str]:
         """Why this result no longer describes the code in `root` (default: this repository); [] if current."""
