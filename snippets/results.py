@@ -135,8 +135,8 @@ def validate_all() -> list[Result]:
     for r in results:
         reasons = r.stale_reasons()
         if reasons:
-            log.warning("stale result %s: %s since the run (rerun it: make runs)",
-                        r.path.relative_to(ROOT), ", ".join(reasons))
+            log.warning("stale result %s (%s): rerun it (make runs, or make gpu-runs for a GPU result)",
+                        r.path.relative_to(ROOT), "; ".join(reasons))
     return results
 
 
