@@ -13,10 +13,28 @@ def test_every_committed_result_is_valid_and_current():
     assert paths, "no results committed"
     for p in paths:
         r = results.read(p)
-        assert not r.stale, f"{p}: script changed since the run; rerun `make runs`"
+        assert not r.stale, f"{p}: {', '.join(r.stale_reasons())}; rerun it (`make runs`)"
         assert r.data["git"]["commit"] != "unknown"
+        assert not r.data["git"]["dirty"], f"{p}: run from a tree whose inputs differ from HEAD; rerun from a clean tree"
         if r.hardware["kind"] == "cpu":
             assert r.hardware["gpu_count"] == 0 and r.hardware["backend"] == "gloo"
+
+
+def test_committed_results_record_the_shared_modules_they_ran():
+    """Independent of the harness: read each program's source for the repository modules it imports."""
+    import re
+
+    for p in results.all_paths():
+        r = results.read(p)
+        src = (results.ROOT / r.data["script"]["path"]).read_text(encoding="utf-8")
+        for mod in set(re.findall(r"^\s*from (gpu_runs|snippets)((?:\.\w+)*) import (\w+)", src, re.M)):
+            pkg, sub, name = mod
+            dotted = (pkg + sub).replace(".", "/")
+            candidates = [f"{dotted}/{name}.py", f"{dotted}.py", f"{dotted}/__init__.py"]
+            assert any(c in r.inputs for c in candidates), f"{p}: imports {pkg}{sub}.{name}, inputs lack it"
+        assert "gpu_runs/harness.py" in r.inputs, p
+        if re.search(r"^\s*import deepspeed", src, re.M):
+            assert r.data["versions"]["deepspeed"], f"{p}: a DeepSpeed program without versions.deepspeed"
 
 
 def _one():
