@@ -7,7 +7,6 @@ transparent (Material's default thumb is nearly invisible, so a wide table looks
 """
 from __future__ import annotations
 
-import re  # noqa: F401
 from pathlib import Path
 
 import pytest
