@@ -57,3 +57,6 @@ lock: setup
 
 clean:
 	rm -rf site build test-artifacts .pytest_cache
+
+gpu-runs: setup  ## every GPU result that fits the visible GPUs, <= 10 min on one H200 (--dry-run: plan only)
+	$(BIN)/python scripts/runs.py --gpu

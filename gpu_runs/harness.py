@@ -10,6 +10,7 @@ collects provenance, and writes one results file per hardware, atomically, on ra
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import hashlib
 import json
@@ -28,6 +29,7 @@ import torch.distributed as dist
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "gpu_runs" / "results"
+SCHEMA_VERSION = 2  # 2: `inputs` (every repository module the run imported, with its sha256)
 
 
 class UsageError(SystemExit):
@@ -133,15 +135,47 @@ def _rel(word: str) -> str:
     return word
 
 
-def _git() -> dict:
+def _git(paths: list[str] | None = None) -> dict:
+    """HEAD, and whether any of `paths` (the run's inputs) differ from it (modified or untracked).
+
+    Only the inputs count: results files written by earlier runs of the same `make runs` do not
+    make a later run 'dirty'."""
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                                 text=True, check=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", "gpu_runs", "snippets"],
-                                    cwd=ROOT, capture_output=True, text=True).stdout.strip())
-        return {"commit": commit, "dirty": dirty}
+        status = subprocess.run(["git", "status", "--porcelain", "--", *(paths or ["gpu_runs", "snippets"])],
+                                cwd=ROOT, capture_output=True, text=True, check=True).stdout
+        return {"commit": commit, "dirty": bool(status.strip())}
     except (OSError, subprocess.CalledProcessError):
         return {"commit": "unknown", "dirty": True}
+
+
+# folders under the repository root that hold installed packages, not the repository's own code
+_NOT_REPO = {".venv", "venv", "node_modules", "site-packages", "dist-packages", "build", "site"}
+
+
+def repo_inputs(script: str | Path | None = None) -> dict[str, str]:
+    """sha256 of every repository module this process has imported, plus the entry script.
+
+    A result depends on more than its entry script: gpu_runs/harness.py and gpu_runs/comm_counter.py
+    define what is measured and counted, snippets/common/ the formulas. Changing any of them makes
+    the result stale (snippets/results.py)."""
+    files = set()
+    if script is not None:
+        files.add(Path(script).resolve())
+    for mod in list(sys.modules.values()):
+        f = getattr(mod, "__file__", None)
+        if not f or not f.endswith(".py"):
+            continue
+        p = Path(f).resolve()
+        try:
+            rel = p.relative_to(ROOT)
+        except ValueError:
+            continue
+        if _NOT_REPO.isdisjoint(rel.parts) and p.is_file():
+            files.add(p)
+    return {p.relative_to(ROOT).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(files)}
 
 
 def _version(pkg: str) -> str | None:
@@ -185,12 +219,14 @@ def provenance(env: Env, script: str | Path) -> dict:
             nccl = ".".join(map(str, torch.cuda.nccl.version()))
         except Exception:  # pragma: no cover - depends on the CUDA build
             nccl = None
+    inputs = repo_inputs(script)
     return {
-        "schema_version": 1,
+        "schema_version": SCHEMA_VERSION,
         "script": {"path": script.relative_to(ROOT).as_posix(),
                    "sha256": hashlib.sha256(script.read_bytes()).hexdigest()},
+        "inputs": inputs,
         "command": _launcher_command(),
-        "git": _git(),
+        "git": _git(list(inputs)),
         "created_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "hardware": hardware(env),
         "versions": {
@@ -220,10 +256,19 @@ def write_results(env: Env, program: str, script: str | Path, params: dict, meas
     folder = Path(out) if out else RESULTS / program
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"{data['hardware']['id']}.json"
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1, ensure_ascii=False)
-        f.write("\n")
-    os.replace(tmp, target)
+    # atomic: write a temporary file beside the target, then rename it over the target. A run that
+    # dies halfway leaves the previous results file as it was and no partial file behind.
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".part")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1, ensure_ascii=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     print(f"wrote {target}", flush=True)
     return target

@@ -1,15 +1,32 @@
-"""Regenerate every committed CPU result with torchrun on this machine (`make runs`).
+"""Regenerate committed results with torchrun: CPU results (`make runs`) or GPU results (`make gpu-runs`).
 
-Each entry is one launch: program, processes, extra arguments. A results file is named after
-the hardware it ran on, so rerunning here replaces only this machine's files; GPU files are
-left as they are. Usage:
-    python scripts/runs.py                 # all entries
-    python scripts/runs.py collectives_bench
+CPU (`RUNS`): each entry is one launch: program, processes, extra arguments. A results file is named
+after the hardware it ran on; a CPU results file of the same program and world size from another
+CPU is superseded (removed) once this machine's run succeeds, so a page never sees two. GPU files
+are left as they are. It refuses a tree whose gpu_runs/ or snippets/ differ from HEAD (the results
+would record `dirty: true`): commit first, or pass --allow-dirty.
+
+    python scripts/runs.py                      # every CPU entry, then a summary; exit 1 if any failed
+    python scripts/runs.py collectives_bench    # only this program's entries
     python scripts/runs.py --list
+
+GPU (`GPU_RUNS`, `make gpu-runs`): every entry whose GPU needs fit the visible GPUs, each with its own
+timeout, all within a total budget (default 600 s, one H200), then a summary of what ran, failed and
+was skipped and why. `--dry-run` prints the plan on any machine (no GPU needed, nothing launched);
+`--gpus N` plans as if N GPUs were visible.
+
+    python scripts/runs.py --gpu --dry-run [--gpus 8]
+    python scripts/runs.py --gpu [--budget-s 600] [program ...]
 """
 from __future__ import annotations
 
+import argparse
+import ast
+import importlib.util
+import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -48,6 +65,8 @@ class GpuRun:
     args: tuple[str, ...] = ("--preset", "gpu")
     launcher: str = "torchrun"
     what: str = ""
+    est_s: int | None = None        # expected wall time on one H200 node; None: EST_S[program] or 120 s
+    requires: tuple[str, ...] = ()  # Python packages it needs beyond torch (deepspeed is detected)
 
 
 GPU_RUNS: list[GpuRun] = [
@@ -55,6 +74,7 @@ GPU_RUNS: list[GpuRun] = [
     GpuRun("collectives_semantics", 2, what="Ch1-01: per-rank inputs/outputs of the 8 collectives on NCCL"),
     GpuRun("nccl_debug_capture", 1, what="Ch1-04: NCCL_DEBUG=INFO topology/graph/tuning capture"),
     GpuRun("zero_bench", 2, what="Ch5-02..04: ZeRO 0-3 bytes and collectives on CUDA"),
+    GpuRun("zero_bench", 1, gpus=1, est_s=90, what="Ch5-02..04: ZeRO 0-3 single-rank memory (N = 1) on CUDA"),
     GpuRun("fsdp_bench", 2, what="Ch5-05: FSDP2 per-rank bytes and step time on CUDA"),
     GpuRun("offload_bench", 1, gpus=1, what="Ch5-06: ZeRO-Offload PCIe bytes and step time"),
     GpuRun("ddp_bench", 2, what="Ch2-01..03: DDP equivalence, buckets, overlap timeline, bucket_cap_mb sweep on NCCL"),
@@ -64,28 +84,298 @@ def command(program: str, nproc: int, extra: list[str], launcher: str = "torchru
     script = f"gpu_runs/{program}.py"
     if launcher == "deepspeed":
         return [str(Path(sys.executable).with_name("deepspeed")), f"--num_gpus={nproc}", script, *extra]
-    return [str(Path(sys.executable).with_name("torchrun")), "--standalone",
-            f"--nproc_per_node={nproc}", script, *extra]
+    torchrun = Path(sys.executable).with_name("torchrun")
+    launcher_cmd = [str(torchrun)] if torchrun.exists() else [sys.executable, "-m", "torch.distributed.run"]
+    return [*launcher_cmd, "--standalone", f"--nproc_per_node={nproc}", script, *extra]
 
 
-def main(argv: list[str]) -> int:
-    if "--list" in argv:
-        for r in RUNS:
-            print(" ".join(command(*r)))
-        return 0
-    wanted = [a for a in argv if not a.startswith("-")]
-    status = 0
+# ------------------------------------------------------------------ shared
+
+RESULTS = ROOT / "gpu_runs" / "results"
+
+
+def _child_env() -> dict:
+    return {**os.environ, "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+
+
+def dirty_inputs() -> list[str]:
+    """Files under gpu_runs/ and snippets/ (results files excepted) that differ from HEAD."""
+    try:
+        out = subprocess.run(["git", "status", "--porcelain", "--", "gpu_runs", "snippets",
+                              ":(exclude)gpu_runs/results"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        return [f"(git status failed: {exc})"]
+    return [line[3:] for line in out.splitlines() if line.strip()]
+
+
+def _snapshot(program: str) -> dict[Path, float]:
+    return {p: p.stat().st_mtime_ns for p in (RESULTS / program).glob("*.json")}
+
+
+def _launch(cmd: list[str], timeout: float, env: dict | None = None) -> tuple[int | str, float]:
+    print("+", " ".join(_rel(c) for c in cmd), flush=True)
+    t0 = time.time()
+    # own process group: a timeout stops torchrun and every worker it started
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env or _child_env(), start_new_session=True)
+    try:
+        rc: int | str = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        rc = f"timeout after {timeout:.0f} s"
+    took = time.time() - t0
+    print(f"  {'exit ' + str(rc) if isinstance(rc, int) else rc} after {took:.1f} s", flush=True)
+    return rc, took
+
+
+def _rel(word: str) -> str:
+    return word.replace(str(ROOT) + "/", "")
+
+
+def _written(program: str, before: dict[Path, float]) -> list[Path]:
+    return sorted(p for p, t in _snapshot(program).items() if before.get(p) != t)
+
+
+def supersede(written: list[Path]) -> list[Path]:
+    """Remove CPU results of the same program and world size from another CPU (one per page table)."""
+    removed = []
+    for w in written:
+        new = json.loads(w.read_text(encoding="utf-8"))
+        if new["hardware"]["kind"] != "cpu":
+            continue
+        for other in sorted(w.parent.glob("*.json")):
+            if other == w or other in written:
+                continue
+            try:
+                old = json.loads(other.read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError):
+                continue
+            if old.get("hardware", {}).get("kind") == "cpu" and \
+                    old["hardware"].get("world_size") == new["hardware"]["world_size"]:
+                other.unlink()
+                removed.append(other)
+    return removed
+
+
+def _stale_report() -> list[str]:
+    sys.path.insert(0, str(ROOT))
+    from snippets import results
+
+    out = []
+    for p in results.all_paths():
+        try:
+            r = results.read(p)
+        except results.ResultsError as exc:
+            out.append(f"INVALID {exc}")
+            continue
+        reasons = r.stale_reasons()
+        if reasons:
+            out.append(f"stale   {p.relative_to(ROOT)}: {', '.join(reasons)}")
+    return out
+
+
+# ------------------------------------------------------------------ CPU
+
+def run_cpu(wanted: list[str], timeout: float, allow_dirty: bool) -> int:
+    dirty = dirty_inputs()
+    if dirty and not allow_dirty:
+        print("error: gpu_runs/ or snippets/ differ from HEAD; results would say dirty: true. Commit first, "
+              "or pass --allow-dirty:\n  " + "\n  ".join(dirty), file=sys.stderr)
+        return 2
+    rows = []
     for program, nproc, extra, launcher in RUNS:
         if wanted and program not in wanted:
             continue
-        cmd = command(program, nproc, extra, launcher)
-        print("+", " ".join(cmd), flush=True)
-        t0 = time.time()
-        rc = subprocess.call(cmd, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1",
-                                                   "PYTHONPATH": str(ROOT)})
-        print(f"  exit {rc} after {time.time() - t0:.1f} s", flush=True)
-        status = status or rc
-    return status
+        before = _snapshot(program)
+        rc, took = _launch(command(program, nproc, extra, launcher), timeout)
+        written = _written(program, before)
+        removed = supersede(written) if rc == 0 else []
+        for p in removed:
+            print(f"  removed superseded {p.relative_to(ROOT)}", flush=True)
+        rows.append((f"{program} ×{nproc} {' '.join(extra)}".strip(), rc, took, written, removed))
+    if not rows:
+        print(f"error: no RUNS entry for {wanted}", file=sys.stderr)
+        return 2
+    print("\nsummary (CPU runs):")
+    for name, rc, took, written, removed in rows:
+        state = "ok" if rc == 0 else f"FAILED ({'exit ' + str(rc) if isinstance(rc, int) else rc})"
+        files = ", ".join(p.relative_to(RESULTS).as_posix() for p in written) or "no results file written"
+        print(f"  {state:<28} {took:7.1f} s  {name}: {files}" + (f"; removed {len(removed)} superseded" if removed else ""))
+    failed = [r for r in rows if r[1] != 0]
+    stale = _stale_report()
+    if stale:
+        print("\nresults still stale or invalid (rerun their programs, or remove files no entry produces):")
+        print("  " + "\n  ".join(stale))
+    print(f"\n{len(rows) - len(failed)} ok, {len(failed)} failed; {len(stale)} results files stale or invalid")
+    return 1 if failed or stale else 0
+
+
+# ------------------------------------------------------------------ GPU
+
+# Expected wall time of each program's GPU launch on one H200 node, process start, NCCL set-up and
+# (DeepSpeed) op builds included. Estimates for planning, not measurements: a run that overruns its
+# timeout (EST x TIMEOUT_FACTOR) is stopped and reported.
+EST_S = {"collectives_bench": 90, "collectives_semantics": 30, "nccl_debug_capture": 45,
+         "zero_bench": 120, "fsdp_bench": 60, "offload_bench": 150}
+DEFAULT_EST_S = 120
+TIMEOUT_FACTOR = 2.0
+GPU_BUDGET_S = 600  # the issue's limit: every GPU result refreshed in <= 10 minutes on one H200
+
+
+@dataclass
+class Planned:
+    run: GpuRun
+    nproc: int
+    cmd: list[str]
+    est_s: int
+    skip: str = ""  # why it does not run ("" = it runs)
+    note: str = ""
+
+
+def _script(program: str) -> Path:
+    return ROOT / "gpu_runs" / f"{program}.py"
+
+
+def program_facts(program: str) -> dict:
+    """What a program's source says about itself: its presets, minimum world size, GPU-only, imports."""
+    src = _script(program).read_text(encoding="utf-8")
+    presets: list[str] = []
+    for node in ast.parse(src).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "PRESETS" for t in node.targets) \
+                and isinstance(node.value, ast.Dict):
+            presets = [k.value for k in node.value.keys if isinstance(k, ast.Constant)]
+    m = re.search(r"harness\.init\([^)]*min_world_size=(\d+)", src)
+    return {"presets": presets, "min_world_size": int(m.group(1)) if m else 1,
+            "imports": sorted({mod for mod in ("deepspeed",) if re.search(rf"^\s*(import|from) {mod}\b", src, re.M)})}
+
+
+def visible_gpus() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # noqa: BLE001 - no usable torch: no GPUs
+        return 0
+
+
+def plan(gpus: int, wanted: list[str] = (), budget_s: float = GPU_BUDGET_S) -> list[Planned]:
+    out, total = [], 0.0
+    for r in GPU_RUNS:
+        if wanted and r.program not in wanted:
+            continue
+        est = r.est_s or EST_S.get(r.program, DEFAULT_EST_S)
+        nproc = gpus if r.gpus == "all" else int(r.gpus)
+        p = Planned(r, nproc, [], est)
+        if not _script(r.program).exists():
+            p.skip = f"gpu_runs/{r.program}.py does not exist"
+            out.append(p)
+            continue
+        facts = program_facts(r.program)
+        args = list(r.args)
+        if "--preset" in args and args[args.index("--preset") + 1] not in facts["presets"]:
+            p.note = f"no '{args[args.index('--preset') + 1]}' preset: runs --preset full"
+            args[args.index("--preset") + 1] = "full"  # a program without a gpu preset runs its full one
+        p.cmd = command(r.program, nproc, args, r.launcher)
+        need = max(r.min_gpus, facts["min_world_size"], nproc if r.gpus != "all" else 1)
+        missing = [m for m in (*r.requires, *facts["imports"]) if importlib.util.find_spec(m) is None]
+        if gpus == 0:
+            p.skip = "no GPU visible"
+        elif gpus < need:
+            why = (f"the program needs world size >= {facts['min_world_size']}"
+                   if facts["min_world_size"] == need and facts["min_world_size"] > r.min_gpus else "this entry")
+            p.skip = f"needs {need} GPU(s), {gpus} visible ({why})"
+        elif missing:
+            p.skip = f"{', '.join(missing)} not installed"
+        elif total + est > budget_s:
+            p.skip = f"would exceed the {budget_s:.0f} s budget ({total:.0f} s planned before it, {est} s estimated)"
+        else:
+            total += est
+        out.append(p)
+    return out
+
+
+def print_plan(plan_: list[Planned], gpus: int, budget_s: float) -> None:
+    runs = [p for p in plan_ if not p.skip]
+    print(f"GPU refresh plan: {gpus} GPU(s) visible, budget {budget_s:.0f} s, "
+          f"{len(runs)} of {len(plan_)} entries run, estimated {sum(p.est_s for p in runs)} s")
+    for p in plan_:
+        head = f"{p.run.program} (gpus={p.run.gpus}, min {p.run.min_gpus})"
+        if p.skip:
+            print(f"  SKIP {head:<34} {p.skip}  -- {p.run.what}")
+        else:
+            print(f"  RUN  {head:<34} {p.nproc} GPU(s), est {p.est_s} s, timeout "
+                  f"{p.est_s * TIMEOUT_FACTOR:.0f} s  -- {p.run.what}\n       {' '.join(_rel(c) for c in p.cmd)}"
+                  + (f"  ({p.note})" if p.note else ""))
+
+
+def run_gpu(wanted: list[str], gpus: int | None, dry_run: bool, budget_s: float, allow_dirty: bool) -> int:
+    n = visible_gpus() if gpus is None else gpus
+    plan_ = plan(n, wanted, budget_s)
+    if wanted and not plan_:
+        print(f"error: no GPU_RUNS entry for {wanted}", file=sys.stderr)
+        return 2
+    print_plan(plan_, n, budget_s)
+    if dry_run:
+        return 0
+    if n == 0:
+        print("error: no GPU visible; nothing to run (use --dry-run to see the plan)", file=sys.stderr)
+        return 2
+    dirty = dirty_inputs()
+    if dirty and not allow_dirty:
+        print("error: gpu_runs/ or snippets/ differ from HEAD (commit first, or --allow-dirty):\n  "
+              + "\n  ".join(dirty), file=sys.stderr)
+        return 2
+    t_start = time.time()
+    done = []
+    for p in plan_:
+        if p.skip:
+            continue
+        left = budget_s - (time.time() - t_start)
+        if left < 10:
+            p.skip = f"budget spent ({budget_s:.0f} s)"
+            continue
+        before = _snapshot(p.run.program)
+        rc, took = _launch(p.cmd, min(p.est_s * TIMEOUT_FACTOR, left))
+        done.append((p, rc, took, _written(p.run.program, before)))
+    print(f"\nsummary (GPU runs, {n} GPU(s), {time.time() - t_start:.0f} s of {budget_s:.0f} s):")
+    for p, rc, took, written in done:
+        state = "ok" if rc == 0 else f"FAILED ({'exit ' + str(rc) if isinstance(rc, int) else rc})"
+        files = ", ".join(w.relative_to(RESULTS).as_posix() for w in written) or "no results file written"
+        print(f"  {state:<28} {took:6.1f} s  {p.run.program} ×{p.nproc}: {files}")
+    for p in plan_:
+        if p.skip:
+            print(f"  {'skipped':<28} {'':>8}  {p.run.program}: {p.skip}")
+    failed = [d for d in done if d[1] != 0]
+    print(f"{len(done) - len(failed)} ran, {len(failed)} failed, {sum(1 for p in plan_ if p.skip)} skipped")
+    return 1 if failed else 0
+
+
+# ------------------------------------------------------------------ main
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("programs", nargs="*", help="only these programs' entries")
+    ap.add_argument("--list", action="store_true", help="print the CPU launch commands")
+    ap.add_argument("--gpu", action="store_true", help="the GPU refresh (GPU_RUNS) instead of the CPU one")
+    ap.add_argument("--dry-run", action="store_true", help="with --gpu: print the plan, launch nothing")
+    ap.add_argument("--gpus", type=int, default=None, help="with --gpu: plan for this many GPUs (default: visible)")
+    ap.add_argument("--budget-s", type=float, default=GPU_BUDGET_S, help="with --gpu: total wall-time budget")
+    ap.add_argument("--timeout-s", type=float, default=1800, help="per CPU run")
+    ap.add_argument("--allow-dirty", action="store_true", help="run although gpu_runs/ or snippets/ differ from HEAD")
+    a = ap.parse_args(argv)
+    if a.list:
+        for r in RUNS:
+            print(" ".join(_rel(c) for c in command(*r)))
+        return 0
+    if a.gpu:
+        return run_gpu(a.programs, a.gpus, a.dry_run, a.budget_s, a.allow_dirty)
+    return run_cpu(a.programs, a.timeout_s, a.allow_dirty)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,13 @@
 
 A results file is gpu_runs/results/<program>/<hardware id>.json. Pages call `load` and the
 renderers; the build hook calls `validate_all` before anything is rendered, so a malformed file
-stops the build with its path and the field at fault, and a stale file (its script changed
-since the run) is reported as a build warning, which `strict: true` turns into an error.
+stops the build with its path and the field at fault, and a stale file is reported as a build
+warning, which `strict: true` turns into an error.
+
+Staleness rule: a result is stale when any of its `inputs` (every repository module the run
+imported: entry script, gpu_runs/harness.py, gpu_runs/comm_counter.py, snippets/common/..., with
+their sha256) is missing or differs now. A schema-1 file (written before `inputs` existed) is read
+and rendered, but is always stale: it cannot show which modules it ran. Rerun it (`make runs`).
 """
 from __future__ import annotations
 
@@ -23,6 +28,11 @@ log = logging.getLogger("mkdocs.plugins.book.results")
 
 class ResultsError(ValueError):
     """A results file that cannot be used; the message names the file and the field."""
+
+
+def _rel(path: Path) -> Path:
+    path = Path(path)
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
 
 
 def sha256_of(path: Path) -> str:
@@ -74,9 +84,28 @@ class Result:
         return self.data["params"]
 
     @property
+    def inputs(self) -> dict[str, str]:
+        """path -> sha256 of every repository module the run imported (schema 2); schema 1: the script."""
+        script = self.data["script"]
+        return {**self.data.get("inputs", {}), script["path"]: script["sha256"]}
+
+    def stale_reasons(self, root: Path | None = None) -> list[str]:
+        """Why this result no longer describes the code in `root` (default: this repository); [] if current."""
+        root = Path(root or ROOT)
+        out = []
+        if self.data["schema_version"] < 2:
+            out.append(f"schema {self.data['schema_version']}: no input hashes")
+        for rel, sha in self.inputs.items():
+            p = root / rel
+            if not p.is_file():
+                out.append(f"{rel} missing")
+            elif sha256_of(p) != sha:
+                out.append(f"{rel} changed")
+        return out
+
+    @property
     def stale(self) -> bool:
-        script = ROOT / self.data["script"]["path"]
-        return not script.exists() or sha256_of(script) != self.data["script"]["sha256"]
+        return bool(self.stale_reasons())
 
     @property
     def label(self) -> str:
@@ -104,9 +133,10 @@ def validate_all() -> list[Result]:
     """Validate every committed results file; report stale ones. Used by the build hook."""
     results = [read(p) for p in all_paths()]
     for r in results:
-        if r.stale:
-            log.warning("stale result %s: %s changed since the run (rerun it: make runs)",
-                        r.path.relative_to(ROOT), r.data["script"]["path"])
+        reasons = r.stale_reasons()
+        if reasons:
+            log.warning("stale result %s (%s): rerun it (make runs, or make gpu-runs for a GPU result)",
+                        r.path.relative_to(ROOT), "; ".join(reasons))
     return results
 
 
@@ -128,16 +158,18 @@ def provenance_box(r: Result) -> str:
         ("하드웨어", r.label),
         ("명령", f"<code>{html.escape(d['command'])}</code>"),
         ("스크립트", f"<code>{d['script']['path']}</code> sha256 <code>{d['script']['sha256'][:12]}</code>"),
+        ("입력 모듈", ", ".join(f"<code>{p}</code>" for p in r.inputs)),
         ("커밋", f"<code>{d['git']['commit'][:12]}</code>" + (" (작업 트리 수정됨)" if d["git"]["dirty"] else "")),
         ("시각 (UTC)", d["created_utc"]),
         ("버전", ", ".join(f"{k} {val}" for k, val in v.items() if val)),
-        ("파일", f"<code>{r.path.relative_to(ROOT)}</code>"),
+        ("파일", f"<code>{_rel(r.path)}</code>"),
     ]
     body = "".join(f"<tr><th>{k}</th><td>{val}</td></tr>" for k, val in rows)
-    kind = "danger" if r.stale else "info"
-    title = ("STALE — 스크립트가 실행 이후 바뀌었습니다: " if r.stale else "출처 (provenance) — ") + r.label
-    if r.stale:
-        log.warning("page renders stale result %s", r.path.relative_to(ROOT))
+    reasons = r.stale_reasons()
+    kind = "danger" if reasons else "info"
+    title = (f"STALE — 실행 이후 바뀐 입력 ({', '.join(reasons)}): " if reasons else "출처 (provenance) — ") + r.label
+    if reasons:
+        log.warning("page renders stale result %s (%s)", _rel(r.path), ", ".join(reasons))
     return (f'<details class="{kind} provenance" markdown="0"><summary>{html.escape(title)}</summary>'
             f'<table class="provenance-table">{body}</table></details>')
 

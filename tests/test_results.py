@@ -13,10 +13,28 @@ def test_every_committed_result_is_valid_and_current():
     assert paths, "no results committed"
     for p in paths:
         r = results.read(p)
-        assert not r.stale, f"{p}: script changed since the run; rerun `make runs`"
+        assert not r.stale, f"{p}: {', '.join(r.stale_reasons())}; rerun it (`make runs`)"
         assert r.data["git"]["commit"] != "unknown"
+        assert not r.data["git"]["dirty"], f"{p}: run from a tree whose inputs differ from HEAD; rerun from a clean tree"
         if r.hardware["kind"] == "cpu":
             assert r.hardware["gpu_count"] == 0 and r.hardware["backend"] == "gloo"
+
+
+def test_committed_results_record_the_shared_modules_they_ran():
+    """Independent of the harness: read each program's source for the repository modules it imports."""
+    import re
+
+    for p in results.all_paths():
+        r = results.read(p)
+        src = (results.ROOT / r.data["script"]["path"]).read_text(encoding="utf-8")
+        for mod in set(re.findall(r"^\s*from (gpu_runs|snippets)((?:\.\w+)*) import (\w+)", src, re.M)):
+            pkg, sub, name = mod
+            dotted = (pkg + sub).replace(".", "/")
+            candidates = [f"{dotted}/{name}.py", f"{dotted}.py", f"{dotted}/__init__.py"]
+            assert any(c in r.inputs for c in candidates), f"{p}: imports {pkg}{sub}.{name}, inputs lack it"
+        assert "gpu_runs/harness.py" in r.inputs, p
+        if re.search(r"^\s*import deepspeed", src, re.M):
+            assert r.data["versions"]["deepspeed"], f"{p}: a DeepSpeed program without versions.deepspeed"
 
 
 def _one():
@@ -28,7 +46,9 @@ def _one():
     (lambda d: d["hardware"].update(world_size=0), "hardware/world_size"),
     (lambda d: d["script"].update(sha256="xyz"), "script/sha256"),
     (lambda d: d["hardware"].update(kind="gpu"), "hardware/backend"),
-    (lambda d: d.update(schema_version=2), "schema_version"),
+    (lambda d: d.update(schema_version=3), "schema_version"),
+    (lambda d: d["versions"].pop("deepspeed"), "versions"),
+    (lambda d: d.update(inputs={"gpu_runs/harness.py": "xyz"}), "inputs/gpu_runs/harness.py"),
 ])
 def test_malformed_file_names_the_field(mutate, field, tmp_path):
     d = copy.deepcopy(_one())
@@ -44,6 +64,7 @@ def test_malformed_file_names_the_field(mutate, field, tmp_path):
 def test_stale_result_is_detected(tmp_path, monkeypatch):
     d = copy.deepcopy(_one())
     d["script"]["sha256"] = "0" * 64
+    d.setdefault("inputs", {})[d["script"]["path"]] = "0" * 64
     p = results.RESULTS / d["program"] / "cpu-test-stale.json"
     d["hardware"]["id"] = "cpu-test-stale"
     try:
@@ -67,3 +88,129 @@ def test_harness_refuses_plain_python():
     proc = subprocess.run([sys.executable, "gpu_runs/collectives_bench.py", "--preset", "tiny"],
                           cwd=results.ROOT, capture_output=True, text=True)
     assert proc.returncode == 2 and "launch with torchrun" in proc.stderr
+
+
+# ------------------------------------------------------------------ provenance of every input
+
+def _env():
+    import torch
+    from gpu_runs import harness
+
+    return harness.Env(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"), backend="gloo")
+
+
+def _fresh_result(program="zero_bench"):
+    """A results dict made by the harness in this process (which has imported comm_counter)."""
+    from gpu_runs import comm_counter, harness  # noqa: F401  (imported: an input of the result)
+    from snippets.common import alphabeta  # noqa: F401
+
+    script = results.ROOT / "gpu_runs" / f"{program}.py"
+    return {"program": program, **harness.provenance(_env(), script), "params": {}, "measurements": []}
+
+
+def test_provenance_hashes_every_imported_repository_module():
+    from importlib import metadata
+
+    d = _fresh_result()
+    results.validate(d)
+    assert d["schema_version"] == 2
+    for rel in ("gpu_runs/zero_bench.py", "gpu_runs/harness.py", "gpu_runs/comm_counter.py",
+                "snippets/common/alphabeta.py", "snippets/results.py"):
+        assert rel in d["inputs"], rel
+    for rel, sha in d["inputs"].items():  # the recorded hash is the file's, and only repository files
+        assert not rel.startswith((".venv", "node_modules")) and "site-packages" not in rel, rel
+        assert sha == results.sha256_of(results.ROOT / rel), rel
+    # every library version the pages print; DeepSpeed's is the installed one
+    assert d["versions"]["deepspeed"] == metadata.version("deepspeed")
+    assert d["versions"]["torch"] == __import__("torch").__version__
+
+
+def test_editing_a_shared_module_makes_the_result_stale(tmp_path):
+    """Edit gpu_runs/comm_counter.py (or harness.py) in a temporary copy: the result goes stale there,
+    names the module, and stays current here."""
+    import shutil
+
+    d = _fresh_result()
+    copy_root = tmp_path / "repo"
+    for top in sorted({rel.split("/")[0] for rel in d["inputs"]}):  # gpu_runs, snippets (tests: this process)
+        shutil.copytree(results.ROOT / top, copy_root / top, ignore=shutil.ignore_patterns("results", "__pycache__"))
+    p = copy_root / "gpu_runs" / "results" / d["program"] / f"{d['hardware']['id']}.json"
+    p.parent.mkdir(parents=True)
+    p.write_text(json.dumps(d))
+    r = results.read(p)
+    assert r.stale_reasons(copy_root) == [] and r.stale_reasons() == []
+    for module in ("gpu_runs/comm_counter.py", "gpu_runs/harness.py", "snippets/common/alphabeta.py"):
+        f = copy_root / module
+        original = f.read_bytes()
+        f.write_bytes(original + b"\n# an edit\n")
+        assert r.stale_reasons(copy_root) == [f"{module} changed"], module
+        f.unlink()
+        assert r.stale_reasons(copy_root) == [f"{module} missing"], module
+        f.write_bytes(original)
+    assert r.stale_reasons(copy_root) == []
+    (copy_root / "gpu_runs" / "fsdp_bench.py").write_text("# not an input of zero_bench\n")
+    assert r.stale_reasons(copy_root) == []
+
+
+def test_schema_1_results_are_read_but_stale(tmp_path):
+    d = _fresh_result()
+    d["schema_version"] = 1
+    del d["inputs"]
+    p = tmp_path / d["program"] / f"{d['hardware']['id']}.json"
+    p.parent.mkdir()
+    p.write_text(json.dumps(d))
+    r = results.read(p)
+    assert r.stale and r.stale_reasons() == ["schema 1: no input hashes"]
+    assert "STALE" in results.provenance_box(r)
+
+
+def test_results_are_written_atomically(tmp_path, monkeypatch):
+    """A write that fails halfway (disk full) leaves the previous file intact and nothing partial."""
+    import builtins
+    import io
+
+    from gpu_runs import harness
+
+    env = _env()
+    target = tmp_path / f"{harness.hardware(env)['id']}.json"
+    target.write_text("previous results\n")
+    real_open = io.open
+
+    class HalfWriter:
+        def __init__(self, f):
+            self.f, self.n = f, 0
+
+        def write(self, s):
+            if self.n + len(s) > 200:
+                self.f.write(s[: 200 - self.n])
+                self.f.flush()
+                raise OSError(28, "No space left on device (test)")
+            self.n += len(s)
+            return self.f.write(s)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+    def failing_open(file, mode="r", *a, **k):
+        f = real_open(file, mode, *a, **k)
+        return HalfWriter(f) if any(c in mode for c in "wax+") else f
+
+    monkeypatch.setattr(io, "open", failing_open)
+    monkeypatch.setattr(builtins, "open", failing_open)
+    with pytest.raises(OSError, match="No space left"):
+        harness.write_results(env, "zero_bench", results.ROOT / "gpu_runs" / "zero_bench.py",
+                              {"n": 1}, [{"x": 1}] * 100, out=tmp_path)
+    monkeypatch.undo()
+    assert target.read_text() == "previous results\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [target.name], "a partial file was left behind"
+    # and without the fault the same call replaces the file with a complete, valid one
+    harness.write_results(env, "zero_bench", results.ROOT / "gpu_runs" / "zero_bench.py",
+                          {"n": 1}, [{"x": 1}] * 100, out=tmp_path)
+    results.validate(json.loads(target.read_text()))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [target.name]

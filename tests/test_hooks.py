@@ -1,0 +1,140 @@
+"""scripts/hooks.py without a build: the theorem index, citations, and heading slugs.
+
+The slow build tests (tests/site/test_build.py) catch the same bugs after minutes; these run in
+about a second, against an independent reading of the pages and of scripts/published_anchors.json.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from snippets import book
+from snippets.slugs import slugify
+
+ROOT = book.ROOT
+sys.path.insert(0, str(ROOT / "scripts"))
+import hooks  # noqa: E402
+
+from mkdocs.exceptions import PluginError  # noqa: E402
+
+# the block kinds GUIDE.md defines (not read from hooks.py: a kind dropped there must show up here)
+KINDS = {"definition": "정의", "theorem": "정리", "lemma": "보조정리", "corollary": "따름정리"}
+ANY_BLOCK = re.compile(r"^/// ([a-z]+) \| (.+)\n\s+attrs: \{id: ([A-Za-z0-9_-]+)\}", re.M)
+
+
+def _page_blocks(text: str):
+    return [(k, t, a) for k, t, a in ANY_BLOCK.findall(text) if k != "proof"]
+
+
+# ------------------------------------------------------------------ theorem index
+
+def test_theorem_index_lists_every_block_of_every_page():
+    index = hooks._theorem_index()
+    rows = [l for l in index.splitlines() if l.startswith("| ") and "](" in l]
+    expected = []
+    for d in book.written_docs():
+        for kind, title, anchor in _page_blocks((book.DOCS / d.path).read_text(encoding="utf-8")):
+            assert kind in KINDS, f"{d.path}: unknown block kind '{kind}' (#{anchor})"
+            expected.append((KINDS[kind], d.path, anchor))
+    assert expected, "no theorem blocks in the book"
+    for ko, path, anchor in expected:
+        assert any(r.startswith(f"| {ko} | [") and f"]({path}#{anchor})" in r for r in rows), \
+            f"theorem index lacks {ko} {path}#{anchor}"
+    assert len(rows) == len(expected)
+
+
+def test_theorem_index_of_a_page_with_every_kind(tmp_path, monkeypatch):
+    page = ["# t", ""]
+    for i, kind in enumerate(KINDS):
+        page += [f"/// {kind} | {kind.title()} {i} (이름)", f"    attrs: {{id: {kind[:3]}-x-{i}}}", "", "본문", "///", ""]
+    (tmp_path / "p.md").write_text("\n".join(page), encoding="utf-8")
+    doc = SimpleNamespace(written=True, path="p.md", number=1, title="T")
+    fake = SimpleNamespace(DOCS=tmp_path, CHAPTERS=[SimpleNamespace(number=9, title="C", docs=[doc])])
+    monkeypatch.setattr(hooks, "book", fake)
+    index = hooks._theorem_index()
+    for i, (kind, ko) in enumerate(KINDS.items()):
+        assert f"| {ko} | [{kind.title()} {i} (이름)](p.md#{kind[:3]}-x-{i}) |" in index, (kind, index)
+
+
+# ------------------------------------------------------------------ citations
+
+def _page(src_uri="ch1-collective/03-ring-allreduce.md"):
+    return SimpleNamespace(file=SimpleNamespace(src_uri=src_uri))
+
+
+def test_unknown_citation_key_fails_naming_page_and_key():
+    with pytest.raises(PluginError, match=r"ch1-collective/03-ring-allreduce\.md: unknown citation key '@nobody1999'"):
+        hooks._cite("본문 [@patarasuk2009; @nobody1999].", _page())
+
+
+def test_citation_links_to_the_reference_entry():
+    refs = yaml.safe_load(hooks.REFERENCES_YML.read_text(encoding="utf-8"))
+    out = hooks._cite("ring [@patarasuk2009; @thakur2005], 코드 `[@notacite]`", _page())
+    for key in ("patarasuk2009", "thakur2005"):
+        assert f"](../references.md#{key})" in out
+        assert refs[key]["year"] and str(refs[key]["year"]) in out
+    assert "`[@notacite]`" in out  # inline code is left alone
+    assert "[@" not in out.replace("`[@notacite]`", "")
+
+
+def test_every_citation_on_every_page_resolves_the_way_the_build_resolves_it():
+    for p in sorted(book.DOCS.glob("**/*.md")):
+        text = p.read_text(encoding="utf-8")
+        hooks._cite(text, _page(p.relative_to(book.DOCS).as_posix()))  # raises on an unknown key
+        # a citation the build's pattern does not match would be printed raw: none may be left
+        leftover = re.findall(r"(?<!`)\[@[^\]]*\]", hooks.CITE.sub("", text))
+        assert not leftover, f"{p}: citations the build does not recognise: {leftover}"
+
+
+# ------------------------------------------------------------------ heading slugs
+
+GOLDEN = {  # heading as written -> its anchor (as published on 2026-12-01; Korean, emoji, math, code)
+    "🎯 핵심 질문": "핵심-질문",
+    "💻 NumPy / PyTorch 구현 검증": "numpy-pytorch-구현-검증",
+    "✏️ 엄밀한 정의": "엄밀한-정의",
+    "⚖️ 가정과 한계": "가정과-한계",
+    "실험 1 — $N=4$ ring 을 한 step 씩": "실험-1-n4-ring-을-한-step-씩",
+    "실험 2 — rank 당 bytes: 시뮬레이터 대 공식, $N = 2 \\dots 1024$":
+        "실험-2-rank-당-bytes-시뮬레이터-대-공식-n-2-dots-1024",
+    "실험 4 — 이 머신에서 잰 gloo `all_reduce` 와 $\\alpha$-$\\beta$ fit":
+        "실험-4-이-머신에서-잰-gloo-all_reduce-와-alpha-beta-fit",
+}
+
+
+def _published() -> dict[str, set[str]]:
+    data = json.loads((ROOT / "scripts" / "published_anchors.json").read_text(encoding="utf-8"))
+    return {url: set(ids) for url, ids in data["pages"].items()}
+
+
+@pytest.mark.parametrize("heading,slug", GOLDEN.items(), ids=list(GOLDEN.values()))
+def test_korean_heading_slugs_are_unchanged(heading, slug):
+    assert slugify(heading, "-") == slug
+
+
+def test_every_section_heading_keeps_its_published_anchor():
+    """The 11 template sections of every published page: slugify(heading) is the published id."""
+    published = _published()
+    checked = 0
+    for d in book.written_docs():
+        ids = published.get(f"/{d.url.strip('/')}/")
+        if ids is None:
+            continue  # a page not published yet
+        fence = False
+        for line in (book.DOCS / d.path).read_text(encoding="utf-8").splitlines():
+            if line.lstrip().startswith("```"):
+                fence = not fence
+            if not fence and line.startswith("## "):
+                slug = slugify(line[3:].strip(), "-")
+                assert slug in ids, f"{d.path}: '{line}' -> '{slug}', not among the published anchors"
+                checked += 1
+    assert checked >= 11
+
+
+def test_slugify_is_the_one_mkdocs_uses():
+    cfg = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    assert cfg.count("slugify: !!python/name:snippets.slugs.slugify") >= 1
