@@ -99,3 +99,14 @@ def test_figures_are_drawn_from_the_simulator_and_the_results():
     assert "rank 3" in svg
     svg2 = page.measured_gantt(page.bench())
     assert "sleep" in svg2 and "real" in svg2
+
+
+def test_figure_cells_fit_the_cell_budget():
+    import time
+
+    from tests.conftest import cell_budget
+
+    for f in (page.naive_gantt, lambda: page.measured_gantt(page.bench())):
+        t0 = time.thread_time()
+        f()
+        assert time.thread_time() - t0 < cell_budget()
