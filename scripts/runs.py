@@ -31,6 +31,7 @@ RUNS: list[tuple[str, int, list[str], str]] = [
     ("zero_bench", 2, [], "torchrun"),                 # Ch5-02..04: bytes, collectives, CPU step times
     ("zero_bench", 4, ["--no-timing"], "torchrun"),    # Ch5-02..04: bytes and collectives only
     ("pipeline_bench", 2, [], "torchrun"),             # Ch4: torch.distributed.pipelining timelines (sleep + real)
+    ("deepspeed_pipe", 2, [], "torchrun"),             # Ch4-03: DeepSpeed PipelineModule, TrainSchedule stream + loss
 ]
 
 
@@ -56,6 +57,7 @@ GPU_RUNS: list[GpuRun] = [
     GpuRun("fsdp_bench", 2, what="Ch5-05: FSDP2 per-rank bytes and step time on CUDA"),
     GpuRun("offload_bench", 1, gpus=1, what="Ch5-06: ZeRO-Offload PCIe bytes and step time"),
     GpuRun("pipeline_bench", 2, gpus=2, what="Ch4: pipelining schedules' per-rank timelines on 2 GPUs (sleep + real)"),
+    GpuRun("deepspeed_pipe", 2, gpus=2, what="Ch4-03: DeepSpeed PipelineModule instruction stream and loss on 2 GPUs"),
 ]
 
 def command(program: str, nproc: int, extra: list[str], launcher: str = "torchrun") -> list[str]:

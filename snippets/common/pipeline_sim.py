@@ -166,16 +166,15 @@ class Timeline:
 
     def inflight(self, until: str = "B") -> np.ndarray:
         """Peak number of (micro-batch, chunk) activations alive per rank: counted from the start of
-        its F to the end of its B (until="B") or of its W (until="W", split schedules)."""
+        its F to the end of its B (until="B") or of its W (until="W", split schedules). A rank runs
+        one action at a time, so this is a walk along the rank's executed sequence."""
         peak = np.zeros(self.p, dtype=int)
         close = OP_CODE[until] if until == "W" and self.schedule in SPLIT_BACKWARD else OP_CODE["B"]
         for r in range(self.p):
-            sel = self.rank == r
-            ev_t = np.concatenate([self.start[sel & (self.op == 0)], self.end[sel & (self.op == close)]])
-            ev_d = np.concatenate([np.ones((sel & (self.op == 0)).sum(), int),
-                                   -np.ones((sel & (self.op == close)).sum(), int)])
-            order = np.lexsort((ev_d, ev_t))  # at equal times, a release comes before an allocation
-            peak[r] = np.cumsum(ev_d[order]).max()
+            idx = np.flatnonzero(self.rank == r)
+            idx = idx[np.argsort(self.start[idx], kind="stable")]
+            step = np.where(self.op[idx] == 0, 1, np.where(self.op[idx] == close, -1, 0))
+            peak[r] = np.cumsum(step).max()
         return peak
 
     def actions(self, rank: int) -> list[dict]:
