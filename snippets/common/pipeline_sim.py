@@ -33,6 +33,8 @@ def stage_of(schedule: str, rank: int, chunk: int, p: int, v: int) -> int:
     (zbv) puts chunk 1 of rank r at stage 2p − 1 − r."""
     if schedule == "zbv":
         return rank if chunk == 0 else 2 * p - 1 - rank
+    if schedule == "chimera":  # chunk = pipeline: 0 down (stage r on rank r), 1 up (stage p−1−r on rank r)
+        return rank if chunk == 0 else p - 1 - rank
     return chunk * p + rank
 
 
@@ -85,6 +87,8 @@ def rank_order(schedule: str, rank: int, p: int, m: int, v: int = 1) -> list[tup
         return out + [("W", i, 0) for i in pending_w]
     if schedule == "zbv":  # ZB-V (Qi et al. 2024 §6): two chunks per rank in V order
         return _zbv_order(r, p, m)
+    if schedule == "chimera":  # two 1F1B pipelines in opposite directions, merged greedily
+        return chimera_orders(p, m)[r]
     raise ValueError(f"unknown schedule {schedule!r}; one of {SCHEDULES}")
 
 
@@ -124,6 +128,74 @@ def _zbv_order(r: int, p: int, m: int) -> list[tuple[str, int, int]]:
     out += [("W", i, 1) for i in range(w1, cnt["B1"])]
     out += [("W", i, 0) for i in range(w0, cnt["B0"])]
     return [a for a in out if a[1] < m]
+
+
+_CHIMERA: dict = {}
+
+
+def _chimera_list_schedule(p, m, t_f, t_b, b_first, cap):
+    """One list schedule for chimera_orders; returns (orders, makespan)."""
+    half = m // 2
+    pipe = lambda j: 0 if j < half else 1  # noqa: E731
+    rank_of = lambda j, st: st if pipe(j) == 0 else p - 1 - st  # noqa: E731
+    end: dict = {}
+    free = [0.0] * p
+    nxt_f = {(k, st): (0 if k == 0 else half) for k in (0, 1) for st in range(p)}
+    nxt_b = dict(nxt_f)
+    alive = {(k, st): 0 for k in (0, 1) for st in range(p)}
+    orders: list[list[tuple[str, int, int]]] = [[] for _ in range(p)]
+    stages_of = [[(0, r), (1, p - 1 - r)] for r in range(p)]  # (pipeline, stage) held by rank r
+    inf = float("inf")
+
+    def candidates(r):
+        """(ready time, priority, action) of the next F and B of each of rank r's two stages."""
+        out = []
+        for k, st in stages_of[r]:
+            stop_ = half if k == 0 else m
+            j = nxt_b[(k, st)]
+            if j < stop_ and ("F", j, st) in end:
+                dep = end[("F", j, st)] if st == p - 1 else end.get(("B", j, st + 1), inf)
+                out.append((max(dep, end[("F", j, st)]), (0, 0.0, j), ("B", j, st, k)))
+            j = nxt_f[(k, st)]
+            if j < stop_ and (not cap or alive[(k, st)] < p - st):
+                dep = 0.0 if st == 0 else end.get(("F", j, st - 1), inf)
+                out.append((dep, (1 if b_first else -1, -((p - 1 - st) * t_f + p * t_b), j), ("F", j, st, k)))
+        return out
+
+    for _ in range(2 * m * p):
+        r = min(range(p), key=lambda q: (free[q] if any(c[0] < inf for c in candidates(q)) else inf, q))
+        cands = [c for c in candidates(r) if c[0] < inf]
+        now = max(free[r], min(c[0] for c in cands))
+        op, j, st, k = min((c for c in cands if c[0] <= now), key=lambda c: c[1])[2]
+        end[(op, j, st)] = now + (t_f if op == "F" else t_b)
+        free[r] = end[(op, j, st)]
+        orders[r].append((op, j, k))
+        if op == "F":
+            nxt_f[(k, st)] += 1
+            alive[(k, st)] += 1
+        else:
+            nxt_b[(k, st)] += 1
+            alive[(k, st)] -= 1
+    return orders, max(free)
+
+
+def chimera_orders(p: int, m: int, t_f: float = 1.0, t_b: float = 2.0) -> list[list[tuple[str, int, int]]]:
+    """Bidirectional pipelines in the style of Chimera (Li & Hoefler 2021): micro-batches 0..m/2−1 flow
+    down (stage s on rank s), m/2..m−1 flow up (stage s on rank p−1−s); every rank holds one stage of
+    each pipeline (two stages' weights). The per-rank order is this book's construction, not the
+    paper's exact schedule: list scheduling (the rank that is free first starts, among its actions
+    ready by then, the one of highest priority) under two rules — backward first or forward first
+    (forwards ranked by the longest path still ahead) — keeping the faster; every stage keeps 1F1B's
+    limit of p − s micro-batches in flight. Returns (op, micro-batch, pipeline) per rank."""
+    key = (p, m, t_f, t_b)
+    if key in _CHIMERA:
+        return _CHIMERA[key]
+    if m % 2:
+        raise ValueError("chimera needs an even number of micro-batches (half per direction)")
+    best = min((_chimera_list_schedule(p, m, t_f, t_b, b_first, True) for b_first in (True, False)),
+               key=lambda x: x[1])
+    _CHIMERA[key] = best[0]
+    return best[0]
 # --8<-- [end:orders]
 
 
@@ -201,7 +273,7 @@ def simulate(schedule: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: f
     """
     if schedule == "zbv":
         v = 2
-    elif schedule in ("naive", "gpipe", "1f1b", "zb_h1"):
+    elif schedule in ("naive", "gpipe", "1f1b", "zb_h1", "chimera"):
         v = 1
     if schedule == "naive":
         m = 1
