@@ -114,7 +114,8 @@ class Layer(nn.Module):
 class Recorder:
     """Wraps a PipelineStage's compute calls and counts the saved activations alive on this rank."""
 
-    def __init__(self, params):
+    def __init__(self, params, sync=None):
+        self.sync = sync or (lambda: None)  # torch.cuda.synchronize on GPU: time the kernels, not their launch
         self.events: list[dict] = []
         self.t0 = 0.0
         self.alive = 0  # bytes of saved activations alive
@@ -131,8 +132,10 @@ class Recorder:
             def run(chunk_id, *a, **k):
                 if op == "F":
                     rec.cur = (stage.stage_index, int(chunk_id))
+                rec.sync()
                 t = time.perf_counter()
                 out = fn(chunk_id, *a, **k)
+                rec.sync()
                 full = k.get("full_backward", True) if op == "B" else None
                 rec.events.append({"op": op, "stage": stage.stage_index, "mb": int(chunk_id),
                                    "start": t - rec.t0, "end": time.perf_counter() - rec.t0,
@@ -207,7 +210,7 @@ def run_one(env, cfg, name, m, variant):
     for mod in mods:
         mod.to(env.device)
     params = [q for mod in mods for q in mod.parameters()]
-    rec = Recorder(params)
+    rec = Recorder(params, torch.cuda.synchronize if env.device.type == "cuda" else None)
     stages = []
     for s, mod in zip(ids, mods):
         st = PipelineStage(mod, s, n_stages, env.device)
