@@ -50,6 +50,8 @@ RUNS: list[tuple[str, int, list[str], str]] = [
     ("cpu_allreduce_gap", 2, [], "torchrun"),          # Ch1-05: gloo vs DeepSpeed shm vs memcpy, same box
     ("ddp_bench", 2, [], "torchrun"),                  # Ch2-01..03: equivalence, buckets, CPU step times
     ("ddp_bench", 4, ["--no-timing"], "torchrun"),     # Ch2-01..03: equivalence and bucket layouts only
+    ("pipeline_bench", 2, [], "torchrun"),             # Ch4: torch.distributed.pipelining timelines (sleep + real)
+    ("deepspeed_pipe", 2, [], "torchrun"),             # Ch4-03: DeepSpeed PipelineModule, TrainSchedule stream + loss
 ]
 
 
@@ -78,6 +80,8 @@ GPU_RUNS: list[GpuRun] = [
     GpuRun("fsdp_bench", 2, what="Ch5-05: FSDP2 per-rank bytes and step time on CUDA"),
     GpuRun("offload_bench", 1, gpus=1, what="Ch5-06: ZeRO-Offload PCIe bytes and step time"),
     GpuRun("ddp_bench", 2, what="Ch2-01..03: DDP equivalence, buckets, overlap timeline, bucket_cap_mb sweep on NCCL"),
+    GpuRun("pipeline_bench", 2, gpus=2, what="Ch4: pipelining schedules' per-rank timelines on 2 GPUs (sleep + real)"),
+    GpuRun("deepspeed_pipe", 2, gpus=2, what="Ch4-03: DeepSpeed PipelineModule instruction stream and loss on 2 GPUs"),
 ]
 
 def command(program: str, nproc: int, extra: list[str], launcher: str = "torchrun") -> list[str]:

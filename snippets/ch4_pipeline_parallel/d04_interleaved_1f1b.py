@@ -1,0 +1,97 @@
+"""Ch4-04 Interleaved 1F1B: bubble (p−1)/(v·m) relative to ideal, rank-0 memory pA(1+(p−1)/(pv)), P2P ×v."""
+from __future__ import annotations
+
+from snippets import results
+from snippets.common import figures
+from snippets.common import pipeline_sim as ps
+
+
+def bench() -> results.Result:
+    return results.load("pipeline_bench", kind="cpu")[0]
+
+
+def entry(run, schedule: str, variant: str, m: int) -> dict:
+    return next(e for e in run.measurements if (e["schedule"], e["variant"], e["m"]) == (schedule, variant, m))
+
+
+# --8<-- [start:model]
+def interleaved(p: int, m: int, v: int, t_f: float = 1.0, t_b: float = 2.0) -> ps.Timeline:
+    """The same model (per-rank forward T_F, backward T_B) cut into v chunks per rank: each chunk takes 1/v."""
+    return ps.simulate("interleaved", p, m, v, t_f=t_f / v, t_b=t_b / v, t_w=0.0)
+
+
+def lower_bound(p: int, m: int, v: int, t_f: float = 1.0, t_b: float = 2.0) -> float:
+    """Theorem 4.4.3's path: micro-batch 0 through chunk 0 of ranks 0..p−2, all of rank p−1's work,
+    and micro-batch m−1's chunk-0 backward back through ranks p−2..0."""
+    return (p - 1) * t_f / v + m * (t_f + t_b) + (p - 1) * t_b / v
+
+
+def p2p_messages(p: int, v: int) -> int:
+    """Activation sends per micro-batch in the forward pass: every stage boundary (p·v − 1 of them) crosses ranks."""
+    return p * v - 1
+# --8<-- [end:model]
+
+
+def bubble_rows(grid=((2, 8), (4, 8), (4, 16), (8, 32)), vs=(1, 2, 4)) -> list[list]:
+    rows = []
+    for p, m in grid:
+        for v in vs:
+            tl = interleaved(p, m, v)
+            rows.append([p, m, v, f"{tl.bubble_relative():.4f}", f"{float(ps.interleaved_bubble_relative(p, m, v)):.4f}",
+                         f"{tl.makespan:g}", f"{lower_bound(p, m, v):g}", f"{tl.bubble_fraction():.4f}"])
+    return rows
+
+
+def memory_rows(p: int = 8, m: int = 32, vs=(2, 4, 8)) -> list[list]:
+    """Rank 0's activation in units of A (one micro-batch through all of a rank's layers; a chunk holds A/v)."""
+    one = ps.simulate("1f1b", p, m).inflight()[0]
+    rows = [["1F1B (v = 1)", int(one), int(one), f"{one:.3f}", f"{p:.3f}", "1.000", f"{p:g}", p2p_messages(p, 1), "1.00"]]
+    for v in vs:
+        tl = interleaved(p, m, v)
+        peak = tl.inflight()
+        mem = peak[0] / v
+        rows.append([v, int(peak[0]), int(ps.interleaved_peak_chunks(p, m, v, 0)), f"{mem:.3f}",
+                     f"{float(ps.interleaved_first_rank_memory(p, v)):.3f}", f"{mem / one:.3f}",
+                     f"{v * p:g}", p2p_messages(p, v), f"{p2p_messages(p, v) / p2p_messages(p, 1):.2f}"])
+    return rows
+
+
+def sim_gantt() -> str:
+    fig, axes = figures.new(7.5, 3.8, nrows=2, squeeze=False)
+    for ax, v in zip(axes[:, 0], (1, 2)):
+        tl = ps.simulate("1f1b" if v == 1 else "interleaved", 4, 8, v, t_f=1 / v, t_b=2 / v, t_w=0.0)
+        ps.gantt(ax, ps.timeline_rows(tl), f"시뮬레이터: p = 4, m = 8, v = {v} (chunk 1 은 빗금)", label_mb=False)
+    axes[-1, 0].set_xlabel("T_F 단위 (rank 의 forward 하나 = 1)")
+    fig.tight_layout()
+    return figures.svg(fig)
+
+
+def measured_rows(run) -> list[list]:
+    p = run.params["p"]
+    rows = []
+    for v_name in ("sleep", "real"):
+        for sched in ("1f1b", "interleaved", "looped_bfs"):
+            e = entry(run, sched, v_name, run.params["m_all"])
+            mr = ps.measured_rows(e)
+            b = ps.measured_bubbles(mr)
+            sim = ps.simulate(sched, p, e["m"], e["v"])
+            rows.append([v_name, e["torch_class"], e["v"], f"{b['fraction']:.3f}", f"{b['relative']:.3f}",
+                         f"{sim.bubble_relative():.3f}", " / ".join(map(str, e["peak_live_microbatches"])),
+                         " / ".join(map(str, sim.inflight())), sum(len(a) for a in mr)])
+    return rows
+
+
+def measured_gantt(run) -> str:
+    m = run.params["m_all"]
+    fig, axes = figures.new(7.5, 3.2, nrows=2, squeeze=False)
+    for ax, sched in zip(axes[:, 0], ("interleaved", "looped_bfs")):
+        e = entry(run, sched, "sleep", m)
+        ps.gantt(ax, ps.measured_rows(e), f"측정 (sleep): {e['torch_class']}, m = {m}, v = 2", unit=1e-3)
+    axes[-1, 0].set_xlabel("ms")
+    fig.tight_layout()
+    return figures.svg(fig)
+
+
+def order_text(run, sched: str, rank: int) -> str:
+    e = entry(run, sched, "sleep", run.params["m_all"])
+    return " ".join(f"{a['op']}{a['mb']}.{a['chunk']}" for a in ps.measured_rows(e)[rank])

@@ -1,0 +1,177 @@
+"""Chapter 4 lab: worker functions the notebook docs/ch4-pipeline-parallel/lab.py spawns.
+
+A 4-layer Linear+tanh model cut into 2 stages, one per process (gloo). Hand-written GPipe and 1F1B
+move activations and gradients with dist.isend / dist.recv; the torch.distributed.pipelining
+versions run ScheduleGPipe / Schedule1F1B on the same model. Every worker records its compute calls
+(op, micro-batch, start, end on the host's monotonic clock), the peak number of micro-batches whose
+activations it still holds, and its stage's gradients; the parent compares them with one process.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+
+D, ROWS, M, LAYERS = 32, 8, 4, 4
+SLEEP = 0.004  # seconds added to each forward (twice to each backward): makes the schedule visible on a busy CPU
+
+
+def make_model(seed: int = 0) -> nn.Sequential:
+    torch.manual_seed(seed)
+    return nn.Sequential(*[m for _ in range(LAYERS) for m in (nn.Linear(D, D), nn.Tanh())])
+
+
+def stage_module(rank: int) -> nn.Sequential:
+    full = make_model()
+    half = len(full) // 2
+    return full[:half] if rank == 0 else full[half:]
+
+
+def data():
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(M * ROWS, D, generator=g), torch.randn(M * ROWS, D, generator=g)
+
+
+def reference_grads() -> list[list[float]]:
+    """One process, no pipeline: loss = mean over micro-batches of the MSE; gradients per stage (flattened)."""
+    full = make_model()
+    x, y = data()
+    loss = sum(nn.functional.mse_loss(full(a), b) for a, b in zip(x.chunk(M), y.chunk(M))) / M
+    loss.backward()
+    half = len(full) // 2
+    return [torch.cat([p.grad.reshape(-1) for p in full[:half].parameters()]).tolist(),
+            torch.cat([p.grad.reshape(-1) for p in full[half:].parameters()]).tolist()]
+
+
+def _init(rank: int, world: int, store: str):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+
+
+def _dump(outdir: str, rank: int, data_: dict):
+    Path(outdir, f"rank{rank}.json").write_text(json.dumps(data_))
+
+
+# --8<-- [start:manual]
+def manual_worker(rank: int, world: int, store: str, outdir: str, schedule: str):
+    """GPipe or 1F1B by hand on 2 ranks: rank 0 = first half of the layers, rank 1 = second half + loss."""
+    _init(rank, world, store)
+    stage = stage_module(rank)
+    x, y = data()
+    xs, ys = x.chunk(M), y.chunk(M)
+    events, held, peak, pending = [], {}, 0, []
+
+    def forward(j):
+        nonlocal peak
+        if rank == 0:
+            t0 = time.perf_counter()
+            out = stage(xs[j])
+            pending.append(dist.isend(out.detach(), dst=1))  # activation to the next stage
+            held[j] = out
+        else:
+            inp = torch.empty(ROWS, D)
+            dist.recv(inp, src=0)  # waiting here is idle time, not compute: the clock starts after it
+            t0 = time.perf_counter()
+            inp.requires_grad_(True)
+            held[j] = (inp, nn.functional.mse_loss(stage(inp), ys[j]) / M)
+        time.sleep(SLEEP)
+        peak = max(peak, len(held))
+        events.append(["F", j, t0, time.perf_counter()])
+
+    def backward(j):
+        if rank == 0:
+            grad = torch.empty(ROWS, D)
+            dist.recv(grad, src=1)  # gradient of the loss w.r.t. this stage's output
+            t0 = time.perf_counter()
+            held.pop(j).backward(grad)
+        else:
+            t0 = time.perf_counter()
+            inp, loss = held.pop(j)
+            loss.backward()
+            pending.append(dist.isend(inp.grad, dst=0))
+        time.sleep(2 * SLEEP)
+        events.append(["B", j, t0, time.perf_counter()])
+
+    dist.barrier()
+    if schedule == "gpipe":
+        for j in range(M):
+            forward(j)
+        for j in range(M):
+            backward(j)
+    else:  # 1F1B: p − 1 − r warm-up forwards, then one forward / one backward
+        warm = min(world - 1 - rank, M)
+        for j in range(warm):
+            forward(j)
+        for j in range(M - warm):
+            forward(warm + j)
+            backward(j)
+        for j in range(M - warm, M):
+            backward(j)
+    for w in pending:
+        w.wait()
+    grads = torch.cat([p.grad.reshape(-1) for p in stage.parameters()]).tolist()
+    _dump(outdir, rank, {"events": events, "peak_held": peak, "grads": grads})
+    dist.destroy_process_group()
+# --8<-- [end:manual]
+
+
+# --8<-- [start:library]
+def library_worker(rank: int, world: int, store: str, outdir: str, schedule: str):
+    """The same model and data with torch.distributed.pipelining's ScheduleGPipe / Schedule1F1B."""
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+    _init(rank, world, store)
+    mod = stage_module(rank)
+    stage = PipelineStage(mod, rank, world, torch.device("cpu"))
+    events = []
+    for name, op in (("forward_one_chunk", "F"), ("backward_one_chunk", "B")):
+        fn = getattr(stage, name)
+
+        def timed(j, *a, _fn=fn, _op=op, **k):
+            t0 = time.perf_counter()
+            out = _fn(j, *a, **k)
+            time.sleep(SLEEP if _op == "F" else 2 * SLEEP)
+            events.append([_op, int(j), t0, time.perf_counter()])
+            return out
+        setattr(stage, name, timed)
+    cls = ScheduleGPipe if schedule == "gpipe" else Schedule1F1B
+    sched = cls(stage, n_microbatches=M, loss_fn=nn.functional.mse_loss)
+    x, y = data()
+    dist.barrier()
+    if rank == 0:
+        sched.step(x)
+    else:
+        sched.step(target=y)
+    grads = torch.cat([p.grad.reshape(-1) for p in mod.parameters()]).tolist()
+    _dump(outdir, rank, {"events": events, "grads": grads})
+    dist.destroy_process_group()
+# --8<-- [end:library]
+
+
+def run(worker, schedule: str, world: int = 2) -> list[dict]:
+    """Spawn `world` gloo processes running worker(rank, world, store, outdir, schedule)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        store = os.path.join(tmp, "store")
+        method = "fork" if sys.platform == "linux" else "spawn"
+        mp.start_processes(worker, args=(world, store, tmp, schedule), nprocs=world, join=True, start_method=method)
+        return [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]
+
+
+def rows(ranks: list[dict]) -> list[list[dict]]:
+    """Per-rank events in the Gantt row format of snippets.common.pipeline_sim, shifted to start at 0."""
+    t0 = min(e[2] for r in ranks for e in r["events"])
+    return [[{"op": op, "mb": j, "start": s - t0, "end": e - t0} for op, j, s, e in sorted(r["events"], key=lambda e: e[2])]
+            for r in ranks]
+
+
+def max_grad_error(ranks: list[dict], ref: list[list[float]]) -> float:
+    return max(float((torch.tensor(r["grads"]) - torch.tensor(g)).abs().max()) for r, g in zip(ranks, ref))

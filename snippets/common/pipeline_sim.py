@@ -1,0 +1,464 @@
+"""Pipeline schedules: per-rank action orders, a vectorised timeline simulator, closed forms.
+
+Shared by every Chapter 4 page, the Ch7 planner and gpu_runs/pipeline_bench.py (which only
+imports the closed forms and the bubble definitions from here).
+
+Notation (docs/notation.md): p pipeline ranks, m micro-batches, v model chunks per rank,
+T_F / T_B / T_W the durations of one forward, one backward (input-grad, or the whole backward when
+it is not split) and one weight-grad pass of ONE CHUNK on one rank. A stage is one chunk on one
+rank; there are S = p·v stages.
+
+An action is (op, micro-batch, chunk) with op in {"F", "B", "W"}. When a schedule does not split
+the backward, "B" is the whole backward (input + weight grad) and takes T_B + T_W.
+
+Two bubble definitions, named every time a percentage is printed (ERRATA rows 17-21):
+  * fraction of total time:  1 − (busy time) / (p · makespan)          — GPipe's (p−1)/(m+p−1)
+  * relative to ideal time:  makespan / (ideal per-rank time) − 1        — Megatron's (p−1)/m
+The two are the same quantity on two scales: rel = frac / (1 − frac), frac = rel / (1 + rel).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+SCHEDULES = ("naive", "gpipe", "1f1b", "interleaved", "looped_bfs", "zb_h1", "zbv")
+SPLIT_BACKWARD = {"zb_h1", "zbv"}  # schedules whose backward is split into B (input grad) and W
+OP_CODE = {"F": 0, "B": 1, "W": 2}
+
+
+# --8<-- [start:orders]
+def stage_of(schedule: str, rank: int, chunk: int, p: int, v: int) -> int:
+    """Global stage index of (rank, chunk): looped placement s = chunk·p + rank; V placement
+    (zbv) puts chunk 1 of rank r at stage 2p − 1 − r."""
+    if schedule == "zbv":
+        return rank if chunk == 0 else 2 * p - 1 - rank
+    if schedule == "chimera":  # chunk = pipeline: 0 down (stage r on rank r), 1 up (stage p−1−r on rank r)
+        return rank if chunk == 0 else p - 1 - rank
+    return chunk * p + rank
+
+
+def _mb_chunk(k: int, p: int, v: int, backward: bool) -> tuple[int, int]:
+    """Megatron's interleaved order: virtual step k -> (micro-batch, chunk), groups of p micro-batches."""
+    chunk = (k // p) % v
+    if backward:
+        chunk = v - 1 - chunk
+    return (k // (p * v)) * p + k % p, chunk
+
+
+def rank_order(schedule: str, rank: int, p: int, m: int, v: int = 1) -> list[tuple[str, int, int]]:
+    """The ordered actions (op, micro-batch, chunk) that rank `rank` executes in one step."""
+    r = rank
+    if schedule == "naive":  # the whole batch as one micro-batch, one stage per rank
+        return [("F", 0, 0), ("B", 0, 0)]
+    if schedule == "gpipe":  # all forwards, then all backwards
+        return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
+    if schedule == "1f1b":  # PipeDream-Flush: p−1−r warm-up forwards, then one F one B
+        w = min(p - 1 - r, m)
+        out = [("F", i, 0) for i in range(w)]
+        for i in range(m - w):
+            out += [("F", w + i, 0), ("B", i, 0)]
+        return out + [("B", i, 0) for i in range(m - w, m)]
+    if schedule == "interleaved":  # Megatron-LM interleaved 1F1B (needs m % p == 0)
+        if m % p:
+            raise ValueError("interleaved 1F1B (Megatron order) needs m to be a multiple of p")
+        total = m * v
+        w = min(2 * (p - 1 - r) + (v - 1) * p, total)
+        out = [("F", *_mb_chunk(k, p, v, False), ) for k in range(w)]
+        for k in range(total - w):
+            out += [("F", *_mb_chunk(w + k, p, v, False)), ("B", *_mb_chunk(k, p, v, True))]
+        return out + [("B", *_mb_chunk(k, p, v, True)) for k in range(total - w, total)]
+    if schedule == "looped_bfs":  # breadth first: every micro-batch through chunk c before chunk c+1
+        out = [("F", i, c) for c in range(v) for i in range(m)]
+        return out + [("B", i, c) for c in reversed(range(v)) for i in reversed(range(m))]
+    if schedule == "zb_h1":  # 1F1B with B/W split; rank r defers its first r weight passes
+        w = min(p - 1 - r, m)
+        out, pending_w = [("F", i, 0) for i in range(w)], []
+        for i in range(m - w):
+            out += [("F", w + i, 0), ("B", i, 0)]
+            pending_w.append(i)
+            if i >= r:
+                out.append(("W", pending_w.pop(0), 0))
+        for i in range(m - w, m):
+            out.append(("B", i, 0))
+            pending_w.append(i)
+            if i >= r:
+                out.append(("W", pending_w.pop(0), 0))
+        return out + [("W", i, 0) for i in pending_w]
+    if schedule == "zbv":  # ZB-V (Qi et al. 2024 §6): two chunks per rank in V order
+        return _zbv_order(r, p, m)
+    if schedule == "chimera":  # two 1F1B pipelines in opposite directions, merged greedily
+        return chimera_orders(p, m)[r]
+    raise ValueError(f"unknown schedule {schedule!r}; one of {SCHEDULES}")
+
+
+def _zbv_order(r: int, p: int, m: int) -> list[tuple[str, int, int]]:
+    n = max(m, 2 * p - 1)  # the V needs at least 2p − 1 micro-batches to fill; extra ones are dropped
+    out: list[tuple[str, int, int]] = []
+    cnt = {"F0": 0, "F1": 0, "B0": 0, "B1": 0}
+
+    def act(op, c):
+        key = f"{op}{c}"
+        out.append((op, cnt[key], c))
+        cnt[key] += 1
+
+    for _ in range(2 * (p - r) - 1):  # chunk 0 forwards until the V's bottom returns
+        act("F", 0)
+    for _ in range(r):
+        act("F", 1), act("F", 0)
+    for _ in range(p - r):  # chunk 1: F, B, W back to back
+        act("F", 1)
+        act("B", 1)
+        out.append(("W", cnt["B1"] - 1, 1))
+    while cnt["F1"] < cnt["F0"] or cnt["F0"] < n:  # steady state
+        if cnt["F0"] < n:
+            act("F", 0)
+        act("B", 0)
+        out.append(("W", cnt["B0"] - 1, 0))
+        act("F", 1)
+        act("B", 1)
+        out.append(("W", cnt["B1"] - 1, 1))
+    w0, w1 = cnt["B0"], cnt["B1"]
+    for _ in range(r):  # cool-down: input grads first, weight grads fill the tail
+        act("B", 0), act("B", 1)
+    for _ in range(p - r):
+        act("B", 0)
+        out.append(("W", w0, 0))
+        w0 += 1
+    out += [("W", i, 1) for i in range(w1, cnt["B1"])]
+    out += [("W", i, 0) for i in range(w0, cnt["B0"])]
+    return [a for a in out if a[1] < m]
+
+
+_CHIMERA: dict = {}
+
+
+def _chimera_list_schedule(p, m, t_f, t_b, b_first, cap):
+    """One list schedule for chimera_orders; returns (orders, makespan)."""
+    half = m // 2
+    pipe = lambda j: 0 if j < half else 1  # noqa: E731
+    rank_of = lambda j, st: st if pipe(j) == 0 else p - 1 - st  # noqa: E731
+    end: dict = {}
+    free = [0.0] * p
+    nxt_f = {(k, st): (0 if k == 0 else half) for k in (0, 1) for st in range(p)}
+    nxt_b = dict(nxt_f)
+    alive = {(k, st): 0 for k in (0, 1) for st in range(p)}
+    orders: list[list[tuple[str, int, int]]] = [[] for _ in range(p)]
+    stages_of = [[(0, r), (1, p - 1 - r)] for r in range(p)]  # (pipeline, stage) held by rank r
+    inf = float("inf")
+
+    def candidates(r):
+        """(ready time, priority, action) of the next F and B of each of rank r's two stages."""
+        out = []
+        for k, st in stages_of[r]:
+            stop_ = half if k == 0 else m
+            j = nxt_b[(k, st)]
+            if j < stop_ and ("F", j, st) in end:
+                dep = end[("F", j, st)] if st == p - 1 else end.get(("B", j, st + 1), inf)
+                out.append((max(dep, end[("F", j, st)]), (0, 0.0, j), ("B", j, st, k)))
+            j = nxt_f[(k, st)]
+            if j < stop_ and (not cap or alive[(k, st)] < p - st):
+                dep = 0.0 if st == 0 else end.get(("F", j, st - 1), inf)
+                out.append((dep, (1 if b_first else -1, -((p - 1 - st) * t_f + p * t_b), j), ("F", j, st, k)))
+        return out
+
+    for _ in range(2 * m * p):
+        r = min(range(p), key=lambda q: (free[q] if any(c[0] < inf for c in candidates(q)) else inf, q))
+        cands = [c for c in candidates(r) if c[0] < inf]
+        now = max(free[r], min(c[0] for c in cands))
+        op, j, st, k = min((c for c in cands if c[0] <= now), key=lambda c: c[1])[2]
+        end[(op, j, st)] = now + (t_f if op == "F" else t_b)
+        free[r] = end[(op, j, st)]
+        orders[r].append((op, j, k))
+        if op == "F":
+            nxt_f[(k, st)] += 1
+            alive[(k, st)] += 1
+        else:
+            nxt_b[(k, st)] += 1
+            alive[(k, st)] -= 1
+    return orders, max(free)
+
+
+def chimera_orders(p: int, m: int, t_f: float = 1.0, t_b: float = 2.0) -> list[list[tuple[str, int, int]]]:
+    """Bidirectional pipelines in the style of Chimera (Li & Hoefler 2021): micro-batches 0..m/2−1 flow
+    down (stage s on rank s), m/2..m−1 flow up (stage s on rank p−1−s); every rank holds one stage of
+    each pipeline (two stages' weights). The per-rank order is this book's construction, not the
+    paper's exact schedule: list scheduling (the rank that is free first starts, among its actions
+    ready by then, the one of highest priority) under two rules — backward first or forward first
+    (forwards ranked by the longest path still ahead) — keeping the faster; every stage keeps 1F1B's
+    limit of p − s micro-batches in flight. Returns (op, micro-batch, pipeline) per rank."""
+    key = (p, m, t_f, t_b)
+    if key in _CHIMERA:
+        return _CHIMERA[key]
+    if m % 2:
+        raise ValueError("chimera needs an even number of micro-batches (half per direction)")
+    best = min((_chimera_list_schedule(p, m, t_f, t_b, b_first, True) for b_first in (True, False)),
+               key=lambda x: x[1])
+    _CHIMERA[key] = best[0]
+    return best[0]
+# --8<-- [end:orders]
+
+
+@dataclass
+class Timeline:
+    """Every action of one step: flat arrays, one entry per action."""
+
+    schedule: str
+    p: int
+    m: int
+    v: int
+    rank: np.ndarray
+    op: np.ndarray  # 0 F, 1 B, 2 W
+    mb: np.ndarray
+    chunk: np.ndarray
+    stage: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    durations: dict = field(default_factory=dict)
+
+    @property
+    def makespan(self) -> float:
+        return float(self.end.max() - min(0.0, self.start.min()))
+
+    def busy(self) -> np.ndarray:
+        """Busy time per rank."""
+        return np.bincount(self.rank, weights=self.end - self.start, minlength=self.p)
+
+    def ideal(self) -> float:
+        """Ideal (bubble-free) time: the busiest rank's work."""
+        return float(self.busy().max())
+
+    def bubble_fraction(self) -> float:
+        """Bubble as a fraction of total time: idle rank-time / (p · makespan)."""
+        return bubble_fraction_of_total(self.busy(), self.makespan)
+
+    def bubble_relative(self) -> float:
+        """Bubble relative to the ideal time (Megatron): makespan / ideal − 1."""
+        return bubble_relative_to_ideal(self.busy(), self.makespan)
+
+    def inflight(self, until: str = "B") -> np.ndarray:
+        """Peak number of (micro-batch, chunk) activations alive per rank: counted from the start of
+        its F to the end of its B (until="B") or of its W (until="W", split schedules). A rank runs
+        one action at a time, so this is a walk along the rank's executed sequence."""
+        peak = np.zeros(self.p, dtype=int)
+        close = OP_CODE[until] if until == "W" and self.schedule in SPLIT_BACKWARD else OP_CODE["B"]
+        for r in range(self.p):
+            idx = np.flatnonzero(self.rank == r)
+            idx = idx[np.argsort(self.start[idx], kind="stable")]
+            step = np.where(self.op[idx] == 0, 1, np.where(self.op[idx] == close, -1, 0))
+            peak[r] = np.cumsum(step).max()
+        return peak
+
+    def actions(self, rank: int) -> list[dict]:
+        """Rank's actions in execution order, as dicts (for tables and Gantt charts)."""
+        idx = np.flatnonzero(self.rank == rank)
+        idx = idx[np.argsort(self.start[idx], kind="stable")]
+        name = "FBW"
+        return [{"op": name[self.op[i]], "mb": int(self.mb[i]), "chunk": int(self.chunk[i]),
+                 "stage": int(self.stage[i]), "start": float(self.start[i]), "end": float(self.end[i])}
+                for i in idx]
+
+
+# --8<-- [start:simulate]
+def simulate(schedule: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: float = 1.0,
+             t_w: float = 1.0, t_comm: float = 0.0, stage_cost=None) -> Timeline:
+    """Earliest start times of every action, given each rank's order.
+
+    Dependencies: F(i, s) after F(i, s−1); B(i, s) after B(i, s+1) and F(i, s); W(i, s) after
+    B(i, s); every action after the previous action of its rank. A dependency that crosses ranks
+    costs t_comm. `stage_cost` (length p·v, default all 1) scales every duration of a stage
+    (unbalanced stages). Solved as a longest-path fixed point: each sweep takes the ready times from the
+    other ranks and solves every rank's chain at once with a running maximum
+    (end_k = C_k + max_{j≤k}(ready_j − C_{j−1}), C the cumulative durations).
+    """
+    if schedule == "zbv":
+        v = 2
+    elif schedule in ("naive", "gpipe", "1f1b", "zb_h1", "chimera"):
+        v = 1
+    if schedule == "naive":
+        m = 1
+    split = schedule in SPLIT_BACKWARD
+    orders = [rank_order(schedule, r, p, m, v) for r in range(p)]
+    k_max = max(len(o) for o in orders)
+    n_st = p * v
+    # flat arrays, rank-major with padding to k_max (padding: zero duration, no dependency)
+    rank = np.repeat(np.arange(p), k_max)
+    op = np.full(p * k_max, -1)
+    mb = np.zeros(p * k_max, int)
+    chunk = np.zeros(p * k_max, int)
+    for r, o in enumerate(orders):
+        if o:
+            a = np.array([(OP_CODE[x], i, c) for x, i, c in o])
+            op[r * k_max:r * k_max + len(o)], mb[r * k_max:r * k_max + len(o)] = a[:, 0], a[:, 1]
+            chunk[r * k_max:r * k_max + len(o)] = a[:, 2]
+    real = op >= 0
+    stage = np.array([stage_of(schedule, int(r), int(c), p, v) for r, c in zip(rank, chunk)])
+    dur_of = np.array([t_f, t_b if split else t_b + t_w, t_w])
+    scale = np.ones(n_st) if stage_cost is None else np.asarray(stage_cost, dtype=float)
+    if scale.shape != (n_st,):
+        raise ValueError(f"stage_cost needs {n_st} entries (p·v), got {scale.shape}")
+    dur = np.where(real, dur_of[np.clip(op, 0, 2)] * scale[stage], 0.0)
+    # where each (op, stage, micro-batch) sits
+    where = np.full((3, n_st, m), -1)
+    where[op[real], stage[real], mb[real]] = np.flatnonzero(real)
+    dep1 = np.full(p * k_max, -1)  # cross-stage dependency
+    dep2 = np.full(p * k_max, -1)  # same-stage dependency
+    f, b, w = real & (op == 0), real & (op == 1), real & (op == 2)
+    dep1[f & (stage > 0)] = where[0, stage[f & (stage > 0)] - 1, mb[f & (stage > 0)]]
+    lb = b & (stage < n_st - 1)
+    dep1[lb] = where[1, stage[lb] + 1, mb[lb]]
+    dep2[b] = where[0, stage[b], mb[b]]
+    dep2[w] = where[1, stage[w], mb[w]]
+    if np.any((dep1 == -1) & (f & (stage > 0) | lb)) or np.any(dep2[b | w] == -1):
+        raise ValueError(f"{schedule}: an action's producer is missing from every rank's order")
+    lat1 = np.where((dep1 >= 0) & (rank[np.maximum(dep1, 0)] != rank), t_comm, 0.0)
+    csum = np.cumsum(dur.reshape(p, k_max), axis=1)
+    cprev = csum - dur.reshape(p, k_max)
+    end = csum.ravel().copy()
+    for _ in range(len(dur) + 2):
+        ready = np.maximum(np.where(dep1 >= 0, end[np.maximum(dep1, 0)] + lat1, 0.0),
+                           np.where(dep2 >= 0, end[np.maximum(dep2, 0)], 0.0)).reshape(p, k_max)
+        new = (csum + np.maximum.accumulate(ready - cprev, axis=1)).ravel()
+        if np.array_equal(new, end):
+            break
+        end = new
+    else:
+        raise ValueError(f"{schedule}: the per-rank orders deadlock (p={p}, m={m}, v={v})")
+    start = end - dur
+    return Timeline(schedule, p, m, v, rank[real], op[real], mb[real], chunk[real], stage[real],
+                    start[real], end[real], {"F": t_f, "B": t_b, "W": t_w, "comm": t_comm})
+# --8<-- [end:simulate]
+
+
+# --8<-- [start:closed]
+def bubble_fraction_of_total(busy, makespan: float) -> float:
+    """Idle rank-time over total rank-time: 1 − Σ busy / (p · makespan)."""
+    busy = np.asarray(busy, dtype=float)
+    return float(1.0 - busy.sum() / (len(busy) * makespan))
+
+
+def bubble_relative_to_ideal(busy, makespan: float) -> float:
+    """Megatron's definition: (makespan − ideal) / ideal, ideal = the busiest rank's work."""
+    ideal = float(np.max(busy))
+    return float(makespan / ideal - 1.0)
+
+
+def frac_to_rel(frac):
+    return np.asarray(frac) / (1 - np.asarray(frac))
+
+
+def rel_to_frac(rel):
+    return np.asarray(rel) / (1 + np.asarray(rel))
+
+
+def naive_bubble_fraction(p):
+    """One batch, p stages: each rank is busy 1/p of the time -> (p−1)/p of total time."""
+    p = np.asarray(p, dtype=float)
+    return (p - 1) / p
+
+
+def gpipe_bubble_fraction(p, m):
+    """GPipe / 1F1B with uniform stages: (p−1)/(m+p−1) of total time."""
+    p, m = np.asarray(p, dtype=float), np.asarray(m, dtype=float)
+    return (p - 1) / (m + p - 1)
+
+
+def gpipe_bubble_relative(p, m):
+    """The same bubble relative to ideal time (Megatron §2.2): (p−1)/m."""
+    return (np.asarray(p, dtype=float) - 1) / np.asarray(m, dtype=float)
+
+
+def interleaved_bubble_relative(p, m, v):
+    """Interleaved 1F1B, relative to ideal time: (p−1)/(v·m) (Narayanan et al. 2021 §2.2.2)."""
+    return (np.asarray(p, dtype=float) - 1) / (np.asarray(v, dtype=float) * np.asarray(m, dtype=float))
+
+
+def zb_h1_bubble_relative(p, m, t_f=1.0, t_b=1.0, t_w=1.0):
+    """ZB-H1, relative to ideal time: (p−1)(T_F + T_B − T_W) / (m(T_F + T_B + T_W)); (p−1)/(3m) at equal T."""
+    p, m = np.asarray(p, dtype=float), np.asarray(m, dtype=float)
+    return (p - 1) * (t_f + t_b - t_w) / (m * (t_f + t_b + t_w))
+
+
+def one_f_one_b_peak_inflight(p, m, rank):
+    """1F1B: rank r holds at most min(p − r, m) micro-batches' activations."""
+    return np.minimum(np.asarray(p) - np.asarray(rank), np.asarray(m))
+
+
+def gpipe_peak_inflight(p, m, rank=0):
+    """GPipe: every rank holds all m micro-batches at the forward/backward boundary."""
+    return np.broadcast_to(np.asarray(m), np.shape(rank)).copy()
+
+
+def interleaved_peak_chunks(p, m, v, rank=0):
+    """Interleaved 1F1B: rank r holds its 2(p−1−r) + (v−1)p warm-up chunks plus one (Megatron's
+    warm-up count, core/pipeline_parallel/schedules.py), capped at m·v."""
+    return np.minimum(2 * (np.asarray(p) - 1 - np.asarray(rank)) + (v - 1) * np.asarray(p) + 1, m * v)
+
+
+def interleaved_first_rank_memory(p, v, a=1.0):
+    """Rank 0's activation memory in units of A (one micro-batch through all of one rank's layers):
+    chunks of size A/v, 2(p−1) + (v−1)p + 1 of them -> pA(1 + (p−1)/(pv))."""
+    return (2 * (p - 1) + (v - 1) * p + 1) * a / v
+# --8<-- [end:closed]
+
+
+# --8<-- [start:gantt]
+OP_COLOURS = {"F": "#4C72B0", "B": "#DD8452", "W": "#55A868"}
+
+
+def gantt(ax, rows, title: str = "", unit: float = 1.0, label_mb: bool = True) -> None:
+    """Draw per-rank action bars on `ax`. rows[r] is a list of dicts with op, mb, start, end (and
+    optionally chunk); rank 0 is drawn on top. Times are divided by `unit`."""
+    for r, acts in enumerate(rows):
+        for a in acts:
+            x0, w = a["start"] / unit, (a["end"] - a["start"]) / unit
+            colour = OP_COLOURS[a["op"]]
+            ax.barh(r, w, left=x0, height=0.8, color=colour, edgecolor="white", linewidth=0.5,
+                    alpha=1.0 if a.get("chunk", 0) == 0 else 0.6, hatch=None if a.get("chunk", 0) == 0 else "//")
+            if label_mb and w > 0:
+                ax.text(x0 + w / 2, r, str(a["mb"]), ha="center", va="center", fontsize=7, color="white")
+    ax.set_yticks(range(len(rows)), [f"rank {r}" for r in range(len(rows))])
+    ax.invert_yaxis()
+    ax.set_title(title, fontsize=10)
+    ax.grid(axis="y", visible=False)
+# --8<-- [end:gantt]
+
+
+def timeline_rows(tl: Timeline) -> list[list[dict]]:
+    """A simulated timeline in the row format of `gantt` (and of pipeline_bench's results)."""
+    return [tl.actions(r) for r in range(tl.p)]
+
+
+def measured_rows(entry: dict) -> list[list[dict]]:
+    """One pipeline_bench run (an entry of its results) in the row format of `gantt`: per rank, the
+    recorded calls sorted by start, times shifted so the first call starts at 0, chunk from the stage."""
+    p = len(entry["timeline"])
+    t0 = min(e["start"] for ev in entry["timeline"] for e in ev)
+    v_place = entry["schedule"] in ("zbv", "dualpipev")
+    rows = []
+    for ev in entry["timeline"]:
+        rows.append([{**e, "start": e["start"] - t0, "end": e["end"] - t0,
+                      "chunk": (int(e["stage"] >= p) if v_place else e["stage"] // p)}
+                     for e in sorted(ev, key=lambda e: e["start"])])
+    return rows
+
+
+def measured_bubbles(rows: list[list[dict]]) -> dict:
+    """Both bubble definitions for measured rows (makespan: first start to last end over all ranks)."""
+    busy = [sum(a["end"] - a["start"] for a in acts) for acts in rows]
+    makespan = max(a["end"] for acts in rows for a in acts) - min(a["start"] for acts in rows for a in acts)
+    return {"makespan": makespan, "busy": busy, "fraction": bubble_fraction_of_total(busy, makespan),
+            "relative": bubble_relative_to_ideal(busy, makespan)}
+
+
+def max_overlap(rows: list[list[dict]]) -> float:
+    """Longest time during which two or more ranks compute at once (0 for a strictly sequential run)."""
+    ev = sorted([(a["start"], 1) for acts in rows for a in acts] + [(a["end"], -1) for acts in rows for a in acts],
+                key=lambda x: (x[0], x[1]))
+    active, last, total = 0, None, 0.0
+    for t, d in ev:
+        if active >= 2 and last is not None:
+            total += t - last
+        active += d
+        last = t
+    return total

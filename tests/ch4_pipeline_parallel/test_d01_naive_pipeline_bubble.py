@@ -1,0 +1,112 @@
+"""Ch4-01 naive pipeline bubble: each test asserts a claim the page makes against an independent computation."""
+import numpy as np
+import pytest
+
+from snippets.ch4_pipeline_parallel import d01_naive_pipeline_bubble as page
+from snippets.common import pipeline_sim as ps
+
+
+def test_theorem_414_simulator_against_closed_form():
+    """Experiment 1: the simulated naive pipeline gives (p−1)/p of total time and p−1 relative to ideal."""
+    for row in page.naive_table((1, 2, 3, 4, 8, 16, 64)):
+        p = row[0]
+        assert float(row[1]) == pytest.approx(float(row[2]), abs=1e-4)
+        assert float(row[3]) == pytest.approx(p - 1, abs=1e-2)
+        assert float(row[5]) == pytest.approx(3 * p)  # T_F + T_B + T_W = 3 per stage
+    # the page's sentence about p = 64
+    tl = ps.simulate("naive", 64, 1)
+    assert tl.bubble_fraction() > 0.98 and tl.bubble_relative() == pytest.approx(63)
+
+
+def test_theorem_414_unbalanced_stages():
+    """Experiment 3: any stage costs: T = Σc, 𝓑_tot = (p−1)/p, 𝓑_ideal = Σc/max c − 1 ≤ p − 1."""
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        p = int(rng.integers(1, 12))
+        cost = rng.uniform(0.1, 3.0, size=p)
+        tl = ps.simulate("naive", p, 1, stage_cost=cost)
+        cf = page.naive_closed_form(3 * cost)
+        assert tl.makespan == pytest.approx(cf["makespan"])
+        assert tl.bubble_fraction() == pytest.approx(cf["fraction"]) == pytest.approx((p - 1) / p)
+        assert tl.bubble_relative() == pytest.approx(cf["relative"])
+        assert tl.bubble_relative() <= p - 1 + 1e-12
+    rows = page.unbalanced_rows([(1, 1, 1, 2), (2, 1, 1, 1), (1, 1, 1, 5)])
+    assert all(r[3] == r[4] == "0.750" for r in rows)
+    rel = [float(r[5]) for r in rows]
+    assert rel[0] < 3 and rel[2] < rel[0]  # a heavier stage makes 𝓑_ideal smaller (the page's reading)
+
+
+def test_theorem_415_conversion_on_balanced_schedules():
+    for sched, p, m in [("gpipe", 4, 8), ("1f1b", 8, 32), ("naive", 5, 1), ("interleaved", 4, 8)]:
+        tl = ps.simulate(sched, p, m, 2 if sched == "interleaved" else 1)
+        b = tl.busy()
+        assert np.allclose(b, b[0])
+        f, r = tl.bubble_fraction(), tl.bubble_relative()
+        assert r == pytest.approx(f / (1 - f)) and f == pytest.approx(r / (1 + r))
+        assert r - f == pytest.approx(f * r)
+
+
+def test_theorem_416_comm_formula():
+    for p, c, d in [(2, 30.0, 1.0), (4, 30.0, 1.0), (8, 30.0, 1.0), (8, 30.0, 5.0), (3, 7.0, 0.5)]:
+        r = page.naive_with_comm(p, c, d)
+        assert r["makespan"] == pytest.approx(r["formula_makespan"])
+        assert r["fraction"] >= (p - 1) / p
+    r = page.naive_with_comm(8, 30.0, 1.0)  # problem 1
+    assert r["makespan"] == pytest.approx(254)
+
+
+def test_measured_naive_runs_are_sequential_and_bounded():
+    """Experiment 2: in the committed run no two ranks compute at once, and 𝓑_tot ≥ (p−1)/p (Theorem 4.1.6)."""
+    run = page.bench()
+    p = run.params["p"]
+    for v in ("sleep", "real"):
+        e = page.entry(run, "gpipe", v, 1)
+        rows = ps.measured_rows(e)
+        assert [len(a) for a in rows] == [2] * p  # F and B on each rank
+        assert [a["op"] for a in rows[0]] == ["F", "B"]
+        assert ps.max_overlap(rows) < 1e-4
+        b = ps.measured_bubbles(rows)
+        assert b["fraction"] >= (p - 1) / p - 1e-4
+        assert sum(b["busy"]) <= b["makespan"] + 1e-4
+        for s in e["step_stats"]:
+            assert s["bubble_fraction"] >= (p - 1) / p - 1e-4
+        assert e["grad_max_err"] < 1e-6 and e["loss"] == pytest.approx(e["ref_loss"], rel=1e-6)
+    assert page.measured_row(page.entry(run, "gpipe", "sleep", 1))[-1] == "0.00"
+
+
+def test_problem_2_partition_does_not_change_naive_time():
+    a = ps.simulate("naive", 4, 1, stage_cost=(1, 1, 1, 2))
+    b = ps.simulate("naive", 4, 1, stage_cost=(1.25, 1.25, 1.25, 1.25))
+    assert a.makespan == pytest.approx(b.makespan)
+    assert a.bubble_fraction() == pytest.approx(b.bubble_fraction())
+    assert a.bubble_relative() == pytest.approx(1.5) and b.bubble_relative() == pytest.approx(3)
+    for cost in [(1, 1, 1, 2), (1.25, 1.25, 1.25, 1.25)]:  # the m = 16 formula printed beside the simulation
+        tl = ps.simulate("gpipe", 4, 16, stage_cost=cost)
+        assert tl.makespan == pytest.approx(3 * (sum(cost) + 15 * max(cost)))
+
+
+def test_problem_3_definitions_at_m_equals_4p():
+    for p in range(2, 65):
+        assert ps.gpipe_bubble_fraction(p, 4 * p) < 0.2
+        assert (ps.gpipe_bubble_relative(p, 4 * p) >= 0.2 - 1e-12) == (p >= 5)
+    assert ps.gpipe_bubble_relative(4, 16) == pytest.approx(0.1875)
+    assert ps.simulate("gpipe", 8, 32).bubble_relative() == pytest.approx(7 / 32)
+
+
+def test_figures_are_drawn_from_the_simulator_and_the_results():
+    svg = page.naive_gantt()
+    assert svg.count("<path") >= 8  # 2p bars for p = 4
+    assert "rank 3" in svg
+    svg2 = page.measured_gantt(page.bench())
+    assert "sleep" in svg2 and "real" in svg2
+
+
+def test_figure_cells_fit_the_cell_budget():
+    import time
+
+    from tests.conftest import cell_budget
+
+    for f in (page.naive_gantt, lambda: page.measured_gantt(page.bench())):
+        t0 = time.thread_time()
+        f()
+        assert time.thread_time() - t0 < cell_budget()

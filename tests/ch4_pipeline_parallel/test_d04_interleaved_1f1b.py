@@ -1,0 +1,93 @@
+"""Ch4-04 interleaved 1F1B: each test asserts a claim the page makes against an independent computation."""
+import time
+
+import pytest
+
+from snippets.ch4_pipeline_parallel import d04_interleaved_1f1b as page
+from snippets.common import pipeline_sim as ps
+from tests.conftest import cell_budget
+
+
+def test_theorem_443_bound_achieved_on_the_stated_range():
+    for p in range(2, 9):
+        for v in range(1, 5):
+            for m in (p, 2 * p, 4 * p):
+                tl = page.interleaved(p, m, v)
+                assert tl.makespan == pytest.approx(page.lower_bound(p, m, v))
+                assert tl.bubble_relative() == pytest.approx(float(ps.interleaved_bubble_relative(p, m, v)))
+                bfs = ps.simulate("looped_bfs", p, m, v, t_f=1 / v, t_b=2 / v, t_w=0.0)
+                assert bfs.makespan == pytest.approx(page.lower_bound(p, m, v))  # the page: both reach the bound
+    for row in page.bubble_rows():
+        assert row[3] == row[4] and row[5] == row[6]
+
+
+def test_lower_bound_holds_with_unbalanced_chunks_and_comm():
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    for _ in range(10):
+        p, v = int(rng.integers(2, 5)), int(rng.integers(1, 4))
+        m = p * int(rng.integers(1, 4))
+        cost = rng.uniform(0.5, 1.5, p * v)
+        tl = ps.simulate("interleaved", p, m, v, t_f=1 / v, t_b=2 / v, t_w=0.0, stage_cost=cost,
+                         t_comm=float(rng.uniform(0, 0.2)))
+        rows = ps.timeline_rows(tl)
+        # the path of the proof, with the actual durations
+        head = sum(a["end"] - a["start"] for r in range(p - 1) for a in rows[r] if a["op"] == "F" and a["mb"] == 0 and a["chunk"] == 0)
+        tail = sum(a["end"] - a["start"] for r in range(p - 1) for a in rows[r] if a["op"] == "B" and a["mb"] == m - 1 and a["chunk"] == 0)
+        busy = sum(a["end"] - a["start"] for a in rows[p - 1])
+        assert head + busy + tail <= tl.makespan + 1e-9
+
+
+def test_theorem_444_memory_and_p2p():
+    for p in range(2, 9):
+        for v in range(1, 6):
+            m = 4 * p
+            peak = page.interleaved(p, m, v).inflight()
+            assert list(peak) == [2 * (p - 1 - r) + (v - 1) * p + 1 for r in range(p)]
+            assert peak[0] / v == pytest.approx(p * (1 + (p - 1) / (p * v)))
+            assert peak[0] / v <= 2 * p - 1
+            assert page.p2p_messages(p, v) == p * v - 1
+    rows = page.memory_rows()
+    mem = [float(r[3]) for r in rows[1:]]
+    assert mem == sorted(mem, reverse=True) and all(x > 8 for x in mem)  # decreasing in v, above 1F1B's pA
+    assert rows[1][5] == "1.438"
+
+
+def test_problem_2_small_m_degenerates_to_gpipe_memory():
+    assert page.interleaved(8, 8, 4).inflight()[0] == 32
+
+
+def test_measured_orders_and_live_chunks():
+    run = page.bench()
+    p, m = run.params["p"], run.params["m_all"]
+    for v_name in ("sleep", "real"):
+        for sched in ("interleaved", "looped_bfs"):
+            e = page.entry(run, sched, v_name, m)
+            rows = ps.measured_rows(e)
+            for r, acts in enumerate(rows):
+                want = [(o, i, c) for o, i, c in ps.rank_order(sched, r, p, m, 2)]
+                assert [(a["op"], a["mb"], a["chunk"]) for a in acts] == want
+            sim = ps.simulate(sched, p, m, 2).inflight()
+            assert e["peak_live_microbatches"] == list(sim)
+            assert e["stages_per_rank"] == [[0, 2], [1, 3]]
+            assert e["grad_max_err"] < 1e-6
+    assert page.entry(run, "interleaved", "sleep", m)["peak_live_microbatches"] == [5, 3]
+    assert page.entry(run, "looped_bfs", "sleep", m)["peak_live_microbatches"] == [2 * m, 2 * m]
+
+
+def test_experiment_4_best_v_moves_with_delta():
+    best = []
+    for delta in (0.0, 0.2):
+        ts = [ps.simulate("1f1b" if v == 1 else "interleaved", 4, 8, v, t_f=1 / v, t_b=2 / v, t_w=0.0,
+                          t_comm=delta).makespan for v in (1, 2, 4)]
+        best.append((1, 2, 4)[min(range(3), key=ts.__getitem__)])
+    assert best == [4, 2]
+
+
+def test_figures_fit_the_cell_budget():
+    run = page.bench()
+    for f in (page.sim_gantt, lambda: page.measured_gantt(run)):
+        t0 = time.thread_time()
+        f()
+        assert time.thread_time() - t0 < cell_budget()
