@@ -30,6 +30,9 @@ RUNS: list[tuple[str, int, list[str], str]] = [
     ("zero_bench", 1, [], "torchrun"),                 # Ch5-02..04: ZeRO 0-3 bytes, N = 1
     ("zero_bench", 2, [], "torchrun"),                 # Ch5-02..04: bytes, collectives, CPU step times
     ("zero_bench", 4, ["--no-timing"], "torchrun"),    # Ch5-02..04: bytes and collectives only
+    ("checkpoint_bench", 1, [], "torchrun"),           # Ch6-02/03: kept/peak bytes, recompute, FLOPs, CPU times
+    ("sp_activation_bench", 2, [], "torchrun"),        # Ch6-04: TP vs TP+SP saved bytes, collectives, CPU times
+    ("sp_activation_bench", 4, ["--no-timing"], "torchrun"),  # Ch6-04: bytes and collectives only
 ]
 
 
@@ -54,6 +57,9 @@ GPU_RUNS: list[GpuRun] = [
     GpuRun("zero_bench", 2, what="Ch5-02..04: ZeRO 0-3 bytes and collectives on CUDA"),
     GpuRun("fsdp_bench", 2, what="Ch5-05: FSDP2 per-rank bytes and step time on CUDA"),
     GpuRun("offload_bench", 1, gpus=1, what="Ch5-06: ZeRO-Offload PCIe bytes and step time"),
+    GpuRun("checkpoint_bench", 1, gpus=1, what="Ch6-02/03: activation bytes (max_memory_allocated), recompute, time on CUDA"),
+    GpuRun("sp_activation_bench", 1, gpus=1, what="Ch6-01/04: the GPT layer's bytes on CUDA (bool masks, m = 1), t = 1"),
+    GpuRun("sp_activation_bench", 2, what="Ch6-04: TP vs TP+SP per-rank bytes and NCCL collectives"),
 ]
 
 def command(program: str, nproc: int, extra: list[str], launcher: str = "torchrun") -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from snippets.common import activation_memory as am
-from snippets.common.gpt_block import block_params, make_block
+from snippets.common.gpt_block import block_params, make_block, one_thread
 from snippets.common.saved_tensors import SavedTensorCounter, graph_saved_tensors, unique_bytes
 
 CONFIGS = [(16, 2, 32, 4), (64, 1, 64, 8), (128, 2, 64, 2), (256, 1, 128, 4), (96, 3, 96, 12)]
@@ -23,7 +23,7 @@ def measure(s: int, b: int, h: int, a: int, *, dtype=torch.bfloat16, device="cpu
     """
     block = make_block(h, a, dtype=dtype, device=device, p_drop=p_drop)
     x = torch.randn(s, b, h, dtype=dtype, device=device, requires_grad=True)
-    with SavedTensorCounter(block) as counter:
+    with one_thread(), SavedTensorCounter(block) as counter:
         y = block(x)
     rows = graph_saved_tensors(y, exclude=list(block.parameters()))
     return {"hook_bytes": counter.total_bytes, "graph_bytes": unique_bytes(rows), "rows": rows,

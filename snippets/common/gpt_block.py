@@ -15,11 +15,13 @@ What each op saves for backward (PyTorch 2.x, read from the autograd nodes' ``_s
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 
 # --8<-- [start:block]
@@ -39,6 +41,7 @@ class GPTBlock(nn.Module):
         self.fc1 = nn.Linear(h, 4 * h)
         self.fc2 = nn.Linear(4 * h, h)
         self.mlp_drop = nn.Dropout(p_drop)
+        self.recompute = "none"                    # Ch6-03: "core" (Megatron's selective) or "ln"
 
     def core_attention(self, qkv: torch.Tensor) -> torch.Tensor:
         """softmax(QKᵀ/√d + causal) · V on [s, b, 3h_local] → [s, b, h_local] (the 5as²b part)."""
@@ -53,11 +56,17 @@ class GPTBlock(nn.Module):
         ctx = torch.bmm(probs, v.transpose(0, 1))         # [b·heads, s, d]
         return ctx.transpose(0, 1).reshape(s, b, heads * self.d)
 
+    def _maybe(self, what: str, fn, x):
+        """Run fn(x), or under a non-reentrant checkpoint when this block recomputes ``what``."""
+        return checkpoint(fn, x, use_reentrant=False) if self.recompute == what else fn(x)
+
     def attention(self, x: torch.Tensor) -> torch.Tensor:
-        return self.proj_drop(self.proj(self.core_attention(self.qkv(self.ln1(x)))))
+        qkv = self.qkv(self._maybe("ln", self.ln1, x))
+        ctx = self._maybe("core", self.core_attention, qkv)  # selective: keep only the core's input, QKV
+        return self.proj_drop(self.proj(ctx))
 
     def mlp(self, x: torch.Tensor) -> torch.Tensor:
-        return self.mlp_drop(self.fc2(F.gelu(self.fc1(self.ln2(x)))))
+        return self.mlp_drop(self.fc2(F.gelu(self.fc1(self._maybe("ln", self.ln2, x)))))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attention(x)
@@ -92,3 +101,54 @@ def make_block(h: int, a: int, *, dtype=torch.bfloat16, device="cpu", p_drop: fl
 def block_params(h: int) -> int:
     """Parameters of one GPTBlock: 12h² + 13h (4 linears with biases, 2 LayerNorms)."""
     return 12 * h * h + 13 * h
+
+
+def make_stack(layers: int, h: int, a: int, *, dtype=torch.bfloat16, device="cpu", p_drop: float = 0.1,
+               seed: int = 0) -> nn.ModuleList:
+    """``layers`` GPTBlocks with deterministic weights (the stack Ch6-02/03 checkpoint)."""
+    torch.manual_seed(seed)
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            return nn.ModuleList(GPTBlock(h, a, p_drop) for _ in range(layers))
+    finally:
+        torch.set_default_dtype(old)
+
+
+# --8<-- [start:segments]
+def forward_stack(blocks, x: torch.Tensor, segments: int = 0, recompute: str = "none") -> torch.Tensor:
+    """Run the stack. segments = 0: store everything; segments = k: split the L blocks into k consecutive
+    segments of ⌈L/k⌉ blocks and checkpoint each (non-reentrant): only each segment's input is kept and
+    the segment's forward is rerun during backward. segments = L is per-block checkpointing.
+    recompute="core": every block recomputes only its core attention (Megatron's selective recompute,
+    Ch6-03); recompute="ln": only its two LayerNorms."""
+    for blk in blocks:
+        blk.recompute = recompute
+    if segments == 0:
+        for blk in blocks:
+            x = blk(x)
+        return x
+    per = -(-len(blocks) // segments)
+    for i in range(0, len(blocks), per):
+        x = checkpoint(_run_segment, blocks[i:i + per], x, use_reentrant=False)
+    return x
+
+
+def _run_segment(seg, x):
+    for blk in seg:
+        x = blk(x)
+    return x
+# --8<-- [end:segments]
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Run tiny tensors on one intra-op thread (restored afterwards): on a busy 2-core machine a
+    thread pool makes each small op wait for the scheduler, and the numbers we count do not change."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)

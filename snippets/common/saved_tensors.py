@@ -107,3 +107,26 @@ def graph_saved_tensors(root: torch.Tensor, exclude=()) -> list[dict]:
 def unique_bytes(rows) -> int:
     """Bytes of the distinct storages among rows (a storage saved by several nodes counts once)."""
     return sum({r["key"]: r["bytes"] for r in rows}.values())
+
+
+def activation_peak_tracker():
+    """A ``torch.distributed._tools.mem_tracker.MemTracker`` that also keeps the peak of
+    activation + backward-temporary bytes (its ACT and TEMP categories), updated after every op.
+
+    MemTracker's own "peak" snapshot is the breakdown at the peak of the *total* (parameters and
+    gradients included); checkpointing changes activations, so we follow ACT + TEMP alone.
+    """
+    from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
+
+    class _Tracker(MemTracker):
+        act_peak = 0
+
+        def _update_peak_stats(self, peak_state):
+            super()._update_peak_stats(peak_state)
+            for snap in self._curr_mem_snap.values():
+                self.act_peak = max(self.act_peak, snap[_MemRefType.ACT] + snap[_MemRefType.TEMP])
+
+        def activation_now(self) -> int:
+            return sum(snap[_MemRefType.ACT] + snap[_MemRefType.TEMP] for snap in self._curr_mem_snap.values())
+
+    return _Tracker()
