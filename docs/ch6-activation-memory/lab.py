@@ -55,8 +55,8 @@ for nbytes, dtype, shape in sorted(seen.values(), reverse=True):
 # %% [markdown]
 # ## 2. 식과 비교
 #
-# 논문의 식은 dropout mask 를 1 byte 로 셉니다 ($m = 1$). CPU 의 dropout 은 activation 과 같은 dtype (bf16, 2 bytes) 의 noise
-# tensor 를 저장하므로 $m = 2$ 이고, 식은 $sbh(36 + 6as/h)$ 가 됩니다. 그 밖에 LayerNorm 두 개가 token 마다 평균과 rstd 를
+# 논문의 식은 dropout mask 를 1 byte 로 셉니다 ($\delta = 1$). CPU 의 dropout 은 activation 과 같은 dtype (bf16, 2 bytes) 의 noise
+# tensor 를 저장하므로 $\delta = 2$ 이고, 식은 $sbh(36 + 6as/h)$ 가 됩니다. 그 밖에 LayerNorm 두 개가 token 마다 평균과 rstd 를
 # 저장합니다 ($4sb$ 원소, 이 CPU 에서 bf16).
 
 # %%
@@ -64,7 +64,7 @@ paper = am.no_parallel(s, b, h, a)
 m2 = am.closed_form(s, b, h, a, mask_bytes=2)
 ln_stats = 2 * 2 * s * b * 2
 print(f"논문 sbh(34 + 5as/h)            = {paper:>12,.0f} B")
-print(f"m = 2: sbh(36 + 6as/h)          = {m2:>12,} B")
+print(f"δ = 2: sbh(36 + 6as/h)          = {m2:>12,} B")
 print(f"+ LayerNorm 통계량 4sb × 2 B     = {m2 + ln_stats:>12,} B")
 print(f"측정                            = {total:>12,} B  → 설명된 차이 0: {total == m2 + ln_stats}")
 assert total == m2 + ln_stats
@@ -75,7 +75,7 @@ assert total == m2 + ln_stats
 
 # %%
 for s_ in (32, 128, 512):
-    print(f"s = {s_:>4}: score 항의 몫 (m = 2) {am.s2_share(s_, b, h, a, mask_bytes=2):.1%}")
+    print(f"s = {s_:>4}: score 항의 몫 (δ = 2) {am.s2_share(s_, b, h, a, mask_bytes=2):.1%}")
 
 # %% [markdown]
 # ## 3. Checkpoint 를 걸면: forward 뒤 activation 이 떨어지는 것을 보기

@@ -1,7 +1,7 @@
 """Ch6-02 Gradient Checkpointing (Chen 2016): the code the page runs and the tests import.
 
 Segment checkpointing of a chain of L layers, each storing A bytes of activations and taking an
-input of c bytes: k segments keep k inputs and rerun one segment at a time in backward.
+input of c_in bytes: g segments keep g inputs and rerun one segment at a time in backward.
 """
 from __future__ import annotations
 
@@ -14,25 +14,25 @@ from snippets.common import activation_memory as am
 
 
 # --8<-- [start:model]
-def segment_memory(L: int, A: float, c: float, k):
-    """Chen 2016 §4: (bytes kept after forward, peak bytes in backward) with k segments (k = 0: none).
+def segment_memory(L: int, A: float, c_in: float, g):
+    """Chen 2016 §4: (bytes kept after forward, peak bytes in backward) with g segments (g = 0: none).
 
-    After forward: k segment inputs (k·c).  Backward reruns one segment of ⌈L/k⌉ layers at a time
-    while the k stored inputs are still there: k·c + ⌈L/k⌉·A.  No checkpointing: L·A throughout.
+    After forward: g segment inputs (g·c_in).  Backward reruns one segment of ⌈L/g⌉ layers at a time
+    while the g stored inputs are still there: g·c_in + ⌈L/g⌉·A.  No checkpointing: L·A throughout.
     """
-    k = np.asarray(k)
-    kk = np.maximum(k, 1)
-    after = np.where(k == 0, L * A, kk * c)
-    peak = np.where(k == 0, L * A, kk * c + np.ceil(L / kk) * A)
+    g = np.asarray(g)
+    gg = np.maximum(g, 1)
+    after = np.where(g == 0, L * A, gg * c_in)
+    peak = np.where(g == 0, L * A, gg * c_in + np.ceil(L / gg) * A)
     return after, peak
 
 
-def best_segments(L: int, A: float, c: float):
-    """argmin_k of the peak over k = 1..L (vectorised), and the continuous optimum √(L·A/c)."""
-    ks = np.arange(1, L + 1)
-    _, peak = segment_memory(L, A, c, ks)
+def best_segments(L: int, A: float, c_in: float):
+    """argmin over g = 1..L of the peak (vectorised), and the continuous optimum √(L·A/c_in)."""
+    gs = np.arange(1, L + 1)
+    _, peak = segment_memory(L, A, c_in, gs)
     i = int(np.argmin(peak))
-    return int(ks[i]), float(peak[i]), math.sqrt(L * A / c), 2 * math.sqrt(L * A * c)
+    return int(gs[i]), float(peak[i]), math.sqrt(L * A / c_in), 2 * math.sqrt(L * A * c_in)
 
 
 def time_ratio(fwd: float, bwd: float) -> float:
@@ -87,15 +87,15 @@ def sweep_figure(L: int = 96):
     ks = np.arange(1, L + 1)
     after, peak = segment_memory(L, A, c, ks)
     fig, ax = figures.new(7, 3.6)
-    ax.plot(ks, peak / am.GB, label="backward 중 peak  k·c + ⌈L/k⌉·A")
-    ax.plot(ks, after / am.GB, label="forward 뒤 보관  k·c")
+    ax.plot(ks, peak / am.GB, label="backward 중 peak  g·c_in + ⌈L/g⌉·A")
+    ax.plot(ks, after / am.GB, label="forward 뒤 보관  g·c_in")
     k_best, pk, k_cont, _ = best_segments(L, A, c)
-    ax.axvline(math.sqrt(L), color="gray", ls=":", label=f"k = √L ≈ {math.sqrt(L):.1f}")
-    ax.plot([k_best], [pk / am.GB], "o", color="C3", label=f"최소 k = {k_best}")
-    ax.set_xlabel("segment 수 k")
+    ax.axvline(math.sqrt(L), color="gray", ls=":", label=f"g = √L ≈ {math.sqrt(L):.1f}")
+    ax.plot([k_best], [pk / am.GB], "o", color="C3", label=f"최소 g = {k_best}")
+    ax.set_xlabel("segment 수 g")
     ax.set_ylabel("GB (b = 1)")
     ax.set_yscale("log")
-    ax.set_title(f"GPT-3 layer × {L}: A = 114·sbh, c = 2·sbh")
+    ax.set_title(f"GPT-3 layer × {L}: A = 114·sbh, c_in = 2·sbh")
     ax.legend(fontsize=8)
     return figures.svg(fig)
 
