@@ -16,6 +16,9 @@ For each mode it records
   * whether every parameter gradient is bitwise equal to the gradients of mode "none";
   * the matmul FLOPs of forward + backward (torch.utils.flop_counter.FlopCounterMode), recomputation included;
   * the median forward+backward time over `iters` iterations, and the forward alone.
+It also traces one GPT-3 175B layer (s = 2048, h = 12288, a = 96, b = 1) on the meta device and records
+the bytes it saves (Ch6-01 experiment 4): no memory is allocated, but the meta kernels' imports take
+seconds, which is why this runs here and not in a page cell.
 
     torchrun --nproc_per_node=1 gpu_runs/checkpoint_bench.py                 # CPU
     torchrun --nproc_per_node=1 gpu_runs/checkpoint_bench.py --preset gpu    # one GPU
@@ -33,8 +36,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpu_runs import harness  # noqa: E402
-from snippets.common.gpt_block import causal_bias, forward_stack, make_stack  # noqa: E402
-from snippets.common.saved_tensors import activation_peak_tracker  # noqa: E402
+from snippets.common.gpt_block import causal_bias, forward_stack, make_block, make_stack  # noqa: E402
+from snippets.common.saved_tensors import SavedTensorCounter, activation_peak_tracker  # noqa: E402
 
 PROGRAM = "checkpoint_bench"
 PRESETS = {
@@ -128,6 +131,20 @@ def one_mode(cfg, dev, segments, recompute, ref_grads=None):
                    "fwd_ms_median": statistics.median(fwd_times) * 1e3}
 
 
+# --8<-- [start:meta]
+def gpt3_layer_on_meta(b: int = 1) -> dict:
+    """One GPT-3 175B layer traced on the meta device: shapes and dtypes only, nothing allocated."""
+    s, h, a = 2048, 12288, 96
+    block = make_block(h, a, device="meta")
+    x = torch.randn(s, b, h, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    with SavedTensorCounter(block) as counter:
+        block(x)
+    return {"s": s, "b": b, "h": h, "a": a, "saved_bytes": counter.total_bytes,
+            "saved_entries": [{"bytes": e["bytes"], "dtype": e["dtype"], "shape": list(e["shape"])}
+                              for e in counter.entries.values()]}
+# --8<-- [end:meta]
+
+
 def main(argv=None) -> int:
     parser = harness.base_parser(__doc__.splitlines()[0], PRESETS)
     args = parser.parse_args(argv)
@@ -148,7 +165,10 @@ def main(argv=None) -> int:
               "checkpoint": "torch.utils.checkpoint.checkpoint(use_reentrant=False, preserve_rng_state=True)",
               "torch_threads": torch.get_num_threads(),
               "timing": "per mode: 1 warm-up + iters iterations of forward+backward; median; CPU times are CPU times"}
-    harness.write_results(env, PROGRAM, __file__, params, {"modes": rows}, args.out, save=not args.no_save)
+    meta = gpt3_layer_on_meta()
+    print(f"GPT-3 layer on meta: {meta['saved_bytes']:,} B saved", flush=True)
+    harness.write_results(env, PROGRAM, __file__, params, {"modes": rows, "gpt3_meta": meta}, args.out,
+                          save=not args.no_save)
     harness.finish()
     return 0
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from snippets import results
 from snippets.common import activation_memory as am
 from snippets.common.gpt_block import block_params, make_block, one_thread
 from snippets.common.saved_tensors import SavedTensorCounter, graph_saved_tensors, unique_bytes
@@ -107,25 +108,14 @@ def s2_share_table(h: int = 64, a: int = 4, b: int = 1, seqs=(32, 64, 128, 256, 
     return rows
 
 
-# --8<-- [start:meta]
-def gpt3_layer_on_meta(b: int = 1):
-    """One GPT-3 175B layer (s = 2048, h = 12288, a = 96) traced on the meta device: no memory allocated."""
-    g = am.GPT3
-    block = make_block(g["h"], g["a"], device="meta")
-    x = torch.randn(g["s"], b, g["h"], dtype=torch.bfloat16, device="meta", requires_grad=True)
-    with SavedTensorCounter(block) as counter:
-        block(x)
-    return counter
-# --8<-- [end:meta]
-
-
-def gpt3_summary(b: int = 1):
-    g = am.GPT3
-    s, h, a, L = g["s"], g["h"], g["a"], g["L"]
-    c = gpt3_layer_on_meta(b)
+def gpt3_summary(r: results.Result):
+    """Experiment 4: the GPT-3 layer traced on meta by gpu_runs/checkpoint_bench.py, against the formulas."""
+    m = r.measurements["gpt3_meta"]
+    s, b, h, a = m["s"], m["b"], m["h"], m["a"]
+    L = am.GPT3["L"]
     stats_meta = 2 * 2 * s * b * 4  # on meta (as on CUDA) the LayerNorm statistics are fp32
-    return {"measured_layer": c.total_bytes, "paper_layer": am.no_parallel(s, b, h, a),
+    return {"measured_layer": m["saved_bytes"], "paper_layer": am.no_parallel(s, b, h, a),
             "m2_layer": am.closed_form(s, b, h, a, mask_bytes=2), "stats": stats_meta,
-            "paper_model": L * am.no_parallel(s, b, h, a), "weights_bf16": 2 * g["params"],
+            "paper_model": L * am.no_parallel(s, b, h, a), "weights_bf16": 2 * am.GPT3["params"],
             "block_weights": 2 * block_params(h), "b_for_13TB": am.batch_for_total(13e12, s, h, a, L),
             "s2_share": am.s2_share(s, b, h, a)}

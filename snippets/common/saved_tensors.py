@@ -14,6 +14,7 @@ A DTensor is counted by its local shard (what the rank really holds). Works on C
 """
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -21,11 +22,9 @@ import torch
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:  # pragma: no cover
-        return t
-    return t.to_local() if isinstance(t, DTensor) else t
+    # no tensor can be a DTensor unless torch.distributed.tensor was imported (importing it costs seconds)
+    mod = sys.modules.get("torch.distributed.tensor")
+    return t.to_local() if mod is not None and isinstance(t, mod.DTensor) else t
 
 
 def storage_key(t: torch.Tensor) -> int:

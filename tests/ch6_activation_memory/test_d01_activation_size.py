@@ -5,8 +5,10 @@ import time
 import pytest
 import torch
 
+from snippets import results
 from snippets.ch6_activation_memory import d01_activation_size as page
 from snippets.common import activation_memory as am
+from snippets.common.saved_tensors import SavedTensorCounter
 from snippets.common.gpt_block import block_params, make_block
 from tests.conftest import cell_budget
 
@@ -81,10 +83,21 @@ def test_s2_share_grows_and_matches_measurement():
     assert am.s2_share(2048, 1, 12288, 96) == pytest.approx(80 / 114)
 
 
-def test_gpt3_layer_on_meta_and_corollary():
+def _gpt3_on_meta_live():
+    """The same trace the program runs, done here independently (meta device, nothing allocated)."""
+    g = am.GPT3
+    block = make_block(g["h"], g["a"], device="meta")
+    x = torch.randn(g["s"], 1, g["h"], dtype=torch.bfloat16, device="meta", requires_grad=True)
+    with SavedTensorCounter(block) as c:
+        block(x)
+    return c.total_bytes
+
+
+@pytest.mark.parametrize("run", results.load("checkpoint_bench", kind="cpu"), ids=lambda r: r.path.name)
+def test_gpt3_layer_on_meta_and_corollary(run):
     """Experiment 4 / Corollary 6.1.5: meta measurement explained exactly; 275 GB; b ≈ 47; weights 350 GB."""
-    r = page.gpt3_summary()
-    assert r["measured_layer"] == r["m2_layer"] + r["stats"]
+    r = page.gpt3_summary(run)
+    assert r["measured_layer"] == r["m2_layer"] + r["stats"] == _gpt3_on_meta_live()
     assert r["paper_model"] == 275_414_777_856
     assert r["paper_model"] < r["weights_bf16"] == 350e9
     assert round(r["b_for_13TB"], 1) == 47.2
@@ -122,8 +135,8 @@ def test_memtracker_agrees_on_saved_bytes():
 
 def test_cells_fit_the_budget():
     page.measure(16, 2, 32, 4)  # warm-up (the page's first cell pays it once)
-    page.gpt3_layer_on_meta()
-    for f in (page.sweep, page.s2_share_table, page.gpt3_summary, lambda: page.term_table(128, 2, 64, 4)):
+    run = results.load("checkpoint_bench", kind="cpu")[0]
+    for f in (page.sweep, page.s2_share_table, lambda: page.gpt3_summary(run), lambda: page.term_table(128, 2, 64, 4)):
         t0 = time.perf_counter()
         f()
         assert time.perf_counter() - t0 < cell_budget()
