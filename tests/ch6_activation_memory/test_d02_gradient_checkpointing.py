@@ -115,6 +115,7 @@ def test_exercise_1_per_block_beats_k10():
     assert peaks[1] < peaks[2] < peaks[0]
 
 
+@pytest.mark.dist
 def test_tiny_preset_runs(run_tiny):
     """The program runs for real (one process, CPU) and its tiny preset satisfies the same model."""
     data, _ = run_tiny("checkpoint_bench", nproc=1)

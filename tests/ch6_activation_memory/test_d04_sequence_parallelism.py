@@ -97,6 +97,7 @@ def test_long_context_formulas():
     assert 1e3 < 5 * a * s * s * b / am.GB < 1e4  # "several TB" of scores without FlashAttention
 
 
+@pytest.mark.dist
 def test_tiny_preset_runs_and_explains_bytes(run_tiny):
     """The real program, 2 gloo processes, tiny preset: the same decomposition holds exactly."""
     data, _ = run_tiny("sp_activation_bench", nproc=2)
