@@ -52,6 +52,9 @@ RUNS: list[tuple[str, int, list[str], str]] = [
     ("ddp_bench", 4, ["--no-timing"], "torchrun"),     # Ch2-01..03: equivalence and bucket layouts only
     ("pipeline_bench", 2, [], "torchrun"),             # Ch4: torch.distributed.pipelining timelines (sleep + real)
     ("deepspeed_pipe", 2, [], "torchrun"),             # Ch4-03: DeepSpeed PipelineModule, TrainSchedule stream + loss
+    ("checkpoint_bench", 1, [], "torchrun"),           # Ch6-02/03: kept/peak bytes, recompute, FLOPs, CPU times
+    ("sp_activation_bench", 2, [], "torchrun"),        # Ch6-04: TP vs TP+SP saved bytes, collectives, CPU times
+    ("sp_activation_bench", 4, ["--no-timing"], "torchrun"),  # Ch6-04: bytes and collectives only
 ]
 
 
@@ -82,6 +85,9 @@ GPU_RUNS: list[GpuRun] = [
     GpuRun("ddp_bench", 2, what="Ch2-01..03: DDP equivalence, buckets, overlap timeline, bucket_cap_mb sweep on NCCL"),
     GpuRun("pipeline_bench", 2, gpus=2, what="Ch4: pipelining schedules' per-rank timelines on 2 GPUs (sleep + real)"),
     GpuRun("deepspeed_pipe", 2, gpus=2, what="Ch4-03: DeepSpeed PipelineModule instruction stream and loss on 2 GPUs"),
+    GpuRun("checkpoint_bench", 1, gpus=1, what="Ch6-02/03: activation bytes (max_memory_allocated), recompute, time on CUDA"),
+    GpuRun("sp_activation_bench", 1, gpus=1, what="Ch6-01/04: the GPT layer's bytes on CUDA (bool masks, m = 1), t = 1"),
+    GpuRun("sp_activation_bench", 2, what="Ch6-04: TP vs TP+SP per-rank bytes and NCCL collectives"),
 ]
 
 def command(program: str, nproc: int, extra: list[str], launcher: str = "torchrun") -> list[str]:

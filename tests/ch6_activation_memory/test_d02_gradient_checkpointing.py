@@ -1,0 +1,129 @@
+"""Ch6-02 Gradient Checkpointing: each test asserts a claim the page makes."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from snippets import results
+from snippets.ch6_activation_memory import d02_gradient_checkpointing as page
+from snippets.common import activation_memory as am
+from snippets.common.gpt_block import forward_stack, make_stack, one_thread
+
+
+def _cpu():
+    return results.load("checkpoint_bench", kind="cpu")
+
+
+@pytest.mark.parametrize("r", _cpu(), ids=lambda r: r.path.name)
+def test_after_forward_is_exactly_k_c_and_peak_is_model_plus_constant(r):
+    """Experiment 1: bytes kept after forward = k·c (L·A without checkpointing), measured by MemTracker;
+    the backward peak exceeds k·c + ⌈L/k⌉·A by the same few c in every checkpointed mode; k = 1 ≈ none."""
+    rows, A, c = page.measured_rows(r)
+    for m in rows:
+        assert m["act_after_forward"] == m["model_after"], m["mode"]
+        assert m["act_peak_backward"] >= m["model_peak"]
+    extra = {m["act_peak_backward"] - m["model_peak"] for m in rows if m["segments"] > 0}
+    assert len(extra) == 1 and 0 < extra.pop() < 8 * c
+    peaks = {m["segments"]: m["act_peak_backward"] for m in rows}
+    assert abs(peaks[1] - peaks[0]) < c
+    L = r.params["layers"]
+    assert peaks[L] < peaks[round(math.sqrt(L))] < peaks[0]  # per-block beats √L here (L ≤ A/c)
+    assert L <= A / c
+
+
+@pytest.mark.parametrize("r", _cpu(), ids=lambda r: r.path.name)
+def test_every_block_runs_twice_and_gradients_are_bitwise_equal(r):
+    """Experiment 2 / Theorem 6.2.3: one extra forward, exactly; checkpointing is exact (RNG restored)."""
+    L = r.params["layers"]
+    for m in r.measurements["modes"]:
+        if m["selective"]:
+            assert m["block_forward_calls"] == [1] * L  # only the core attention reruns (Ch6-03)
+        else:
+            assert m["block_forward_calls"] == [1 if m["segments"] == 0 else 2] * L
+        assert m["grads_equal_to_none"] in (None, True)
+
+
+def test_recompute_count_and_bitwise_gradients_live():
+    """The same two facts on a fresh tiny stack, independently of the results file."""
+    L = 5
+    ref = None
+    with one_thread():
+        for k in (0, 5, 2, 1):
+            blocks = make_stack(L, 32, 4)
+            calls = [0] * L
+            for i, blk in enumerate(blocks):
+                blk.register_forward_pre_hook(lambda m, args, i=i: calls.__setitem__(i, calls[i] + 1))
+            x = torch.randn(8, 1, 32, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(0)).requires_grad_()
+            torch.manual_seed(7)
+            forward_stack(blocks, x, k).float().sum().backward()
+            grads = [p.grad for p in blocks.parameters()] + [x.grad]
+            ref = ref or grads
+            assert all(torch.equal(a, b) for a, b in zip(grads, ref))
+            assert calls == [1 if k == 0 else 2] * L
+
+
+def test_sqrt_optimum_and_amgm():
+    """Theorem 6.2.3: the integer optimum of k·c + ⌈L/k⌉·A is near √(LA/c) and never below 2√(LAc)."""
+    for L, A, c in [(100, 1.0, 1.0), (1024, 3.0, 1.0), (400, 10.0, 2.0), (10_000, 1.0, 1.0)]:
+        k, peak, k_cont, bound = page.best_segments(L, A, c)
+        assert peak >= bound - 1e-9
+        assert abs(k - k_cont) <= 0.5 * k_cont + 1
+        assert peak <= (math.sqrt(L) + 1) * (A + c) + 1e-9  # O(√L) at k = ⌈√L⌉
+    # per-block is O(L)·c: doubling L doubles what is kept after forward
+    after1, _ = page.segment_memory(96, 114.0, 2.0, 96)
+    after2, _ = page.segment_memory(192, 114.0, 2.0, 192)
+    assert after2 == 2 * after1
+
+
+def test_gpt3_sweep_per_block_is_integer_optimal_up_to_about_2A_over_c():
+    """Experiment 3 / Corollary 6.2.4 / Exercise 2."""
+    rows, A, c = page.gpt3_sweep()
+    assert A / c == 57
+    by_L = {r["L"]: r for r in rows}
+    for L in (16, 96):
+        assert by_L[L]["k_best"] == L and by_L[L]["sqrt"] > 3 * by_L[L]["per_block"]
+    assert by_L[1024]["k_best"] < 1024 and by_L[1024]["best"] < by_L[1024]["per_block"]
+    last = max(L for L in range(1, 400) if page.best_segments(L, A, c)[0] == L)
+    assert abs(last - 2 * A / c) <= 2
+    # the simulator agrees with a brute-force loop
+    L = 96
+    brute = min(k * c + math.ceil(L / k) * A for k in range(1, L + 1))
+    assert brute == page.best_segments(L, A, c)[1]
+
+
+def test_time_ratio_formula():
+    """Corollary 6.2.5: β = 2 gives 4/3."""
+    assert page.time_ratio(1.0, 2.0) == pytest.approx(4 / 3)
+    assert np.isclose(page.time_ratio(3.0, 3.0), 1.5)
+
+
+@pytest.mark.parametrize("r", _cpu(), ids=lambda r: r.path.name)
+def test_timing_rows_are_consistent(r):
+    """Experiment 4 renders one row per non-selective mode, predictions 1 for none and (2F+B)/(F+B) otherwise."""
+    rows, F, B = page.timing_rows(r)
+    assert F > 0 and B > 0
+    assert rows[0]["mode"] == "none" and rows[0]["pred"] == 1.0 and rows[0]["ratio"] == 1.0
+    assert all(m["pred"] == pytest.approx(page.time_ratio(F, B)) for m in rows[1:])
+    assert r.params["timing"].endswith("CPU times are CPU times")
+
+
+def test_exercise_1_per_block_beats_k10():
+    g = am.GPT3
+    A, c = am.no_parallel(g["s"], 1, g["h"], g["a"]), am.full_recompute(g["s"], 1, g["h"])
+    _, peaks = page.segment_memory(96, A, c, np.array([0, 96, 10]))
+    assert peaks[1] < peaks[2] < peaks[0]
+
+
+@pytest.mark.dist
+def test_tiny_preset_runs(run_tiny):
+    """The program runs for real (one process, CPU) and its tiny preset satisfies the same model."""
+    data, _ = run_tiny("checkpoint_bench", nproc=1)
+    modes = data["measurements"]["modes"]
+    p = data["params"]
+    A, c = page.layer_sizes(p, gpu=False)
+    for m in modes:
+        if not m["selective"]:
+            after, _ = page.segment_memory(p["layers"], A, c, m["segments"])
+            assert m["act_after_forward"] == after
+        assert m["grads_equal_to_none"] in (None, True)

@@ -1,0 +1,107 @@
+"""Ch6-04 Sequence Parallelism: each test asserts a claim the page makes."""
+import pytest
+
+from snippets import results
+from snippets.ch6_activation_memory import d04_sequence_parallelism as page
+from snippets.common import activation_memory as am
+
+
+def _cpu():
+    return results.load("sp_activation_bench", kind="cpu")
+
+
+@pytest.mark.parametrize("r", _cpu(), ids=lambda r: r.path.name)
+def test_every_saved_byte_is_explained(r):
+    """Experiment 1 / Theorem 6.4.4: measured per-rank bytes = Table 2 + masks + LN stats (+ gathered inputs for SP)."""
+    rows = page.memory_rows(r)
+    p = r.params
+    s, b, h, a, t = p["s"], p["b"], p["h"], p["a"], p["t"]
+    for row in rows:
+        assert len(set(row["measured"])) == 1  # every rank saves the same bytes
+        assert row["measured"][0] == row["explained"]
+    tp, sp = rows
+    # the paper's column is Table 2, printed forms
+    assert tp["paper"] == pytest.approx(am.tensor_parallel(s, b, h, a, t))
+    assert sp["paper"] == pytest.approx(am.tensor_sequence_parallel(s, b, h, a, t))
+    assert sp["gathered"] == pytest.approx(4 * s * b * h * (1 - 1 / t))
+    assert sp["measured"][0] < tp["measured"][0]
+
+
+def test_replicated_region_does_not_shrink_with_t():
+    """'the 10sbh of TP does not shrink from t = 2 to t = 4': TP-only minus its sharded part is the same for both t."""
+    runs = {r.params["t"]: r for r in _cpu()}
+    assert {2, 4} <= set(runs)
+    def replicated(r):
+        p = r.params
+        s, b, h, a, t = p["s"], p["b"], p["h"], p["a"], p["t"]
+        sharded = am.layer_bytes(s, b, h, a, t=t, mask_bytes=2) - am.layer_bytes(s, b, h, a, t=1e18, mask_bytes=2)
+        return r.measurements["tp"][0]["saved_bytes"] - sharded
+    assert replicated(runs[2]) == pytest.approx(replicated(runs[4]))
+
+
+@pytest.mark.parametrize("r", _cpu(), ids=lambda r: r.path.name)
+def test_collectives_and_equal_volume(r):
+    """Experiment 2 / Theorem 6.4.5: 2 AR vs 2 AG + 2 RS in forward and backward; equal ring bytes 4(t−1)S/t."""
+    p = r.params
+    t, S = p["t"], 2 * p["s"] * p["b"] * p["h"]
+    rows = page.comm_rows(r)
+    for x in rows:
+        if x["variant"] == "tp":
+            assert x["counts"] == {"all_reduce": 2} and x["input_bytes"] == {"all_reduce": 2 * S}
+        else:
+            assert x["counts"] == {"all_gather_into_tensor": 2, "reduce_scatter_tensor": 2}
+            assert x["input_bytes"] == {"all_gather_into_tensor": 2 * S // t, "reduce_scatter_tensor": 2 * S}
+        assert x["calls"] == x["counts"]
+        assert x["ring_sent"] == pytest.approx(4 * (t - 1) * S / t)
+    # the shared module's element counts say the same
+    el = am.sp_traffic_elements(p["s"], p["b"], p["h"], t)
+    assert el["tp_allreduce"] == pytest.approx(el["sp_allgather"] + el["sp_reducescatter"])
+
+
+@pytest.mark.parametrize("r", _cpu(), ids=lambda r: r.path.name)
+def test_outputs_match_one_device_to_bf16_rounding(r):
+    """Experiment 3: with dropout off both layouts give the single-device output up to bf16 rounding."""
+    for v in ("tp", "tp_sp"):
+        for x in r.measurements[v]:
+            assert x["max_abs_diff_vs_one_device"] < 0.1
+    timed = r.params["timing"] is not None
+    assert timed == (r.params["t"] <= r.hardware["cpu_count"])  # timing only with processes ≤ cores
+
+
+def test_ring_bytes_sent_is_ring_allreduce_decomposition():
+    """Theorem 6.4.5 from the ring: AR(S) = RS(S) + AG(S/t shard), for many t."""
+    for t in (2, 3, 4, 8, 64):
+        S = 1_000_000
+        assert page.ring_bytes_sent("all_reduce", S, t) == pytest.approx(
+            page.ring_bytes_sent("reduce_scatter_tensor", S, t) + page.ring_bytes_sent("all_gather_into_tensor", S / t, t))
+    with pytest.raises(ValueError):
+        page.ring_bytes_sent("broadcast", 1, 2)
+
+
+def test_long_context_formulas():
+    """Experiment 4: all three divide activations by c; ring sends ≈ 4sbh regardless of c; Ulysses shrinks as 1/c."""
+    s, b, h, a = 131072, 1, 12288, 96
+    prev_uly = None
+    for c in (8, 16, 32, 64):
+        lc = page.long_context(s, b, h, a, c)
+        acts = {v["activation"] for v in lc.values()}
+        assert len(acts) == 1 and acts.pop() == pytest.approx((34 * s * b * h + 4 * a * s * b) / c)
+        ring = lc["context parallel (ring)"]["sent"]
+        assert 2 * s * b * h <= ring < 4 * s * b * h
+        uly = lc["Ulysses (all-to-all)"]["sent"]
+        assert prev_uly is None or uly < prev_uly
+        prev_uly = uly
+        # TP+SP sends what 2 all-reduces of S = 2sbh send
+        assert lc["TP+SP (Megatron)"]["sent"] == pytest.approx(2 * page.ring_bytes_sent("all_reduce", 2 * s * b * h, c))
+    assert 96 % 64 != 0  # the page marks Ulysses impossible at c = 64 for a = 96
+    assert 1e3 < 5 * a * s * s * b / am.GB < 1e4  # "several TB" of scores without FlashAttention
+
+
+@pytest.mark.dist
+def test_tiny_preset_runs_and_explains_bytes(run_tiny):
+    """The real program, 2 gloo processes, tiny preset: the same decomposition holds exactly."""
+    data, _ = run_tiny("sp_activation_bench", nproc=2)
+    r = results.Result(path=results.RESULTS, data=data)
+    for row in page.memory_rows(r):
+        assert set(row["measured"]) == {row["explained"]}
+    assert page.comm_rows(r)[0]["counts"] == {"all_reduce": 2}
