@@ -30,6 +30,8 @@ RUNS: list[tuple[str, int, list[str], str]] = [
     ("zero_bench", 1, [], "torchrun"),                 # Ch5-02..04: ZeRO 0-3 bytes, N = 1
     ("zero_bench", 2, [], "torchrun"),                 # Ch5-02..04: bytes, collectives, CPU step times
     ("zero_bench", 4, ["--no-timing"], "torchrun"),    # Ch5-02..04: bytes and collectives only
+    ("tp_bench", 2, [], "torchrun"),                   # Ch3: DTensor TP counts at t=2 + naive-split timeline
+    ("tp_bench", 4, ["--no-timing"], "torchrun"),      # Ch3: DTensor TP counts at t=4 (counts only)
 ]
 
 
@@ -54,6 +56,7 @@ GPU_RUNS: list[GpuRun] = [
     GpuRun("zero_bench", 2, what="Ch5-02..04: ZeRO 0-3 bytes and collectives on CUDA"),
     GpuRun("fsdp_bench", 2, what="Ch5-05: FSDP2 per-rank bytes and step time on CUDA"),
     GpuRun("offload_bench", 1, gpus=1, what="Ch5-06: ZeRO-Offload PCIe bytes and step time"),
+    GpuRun("tp_bench", 2, gpus=2, what="Ch3: DTensor TP collectives per pass, agreement, naive split on NCCL (t=2)"),
 ]
 
 def command(program: str, nproc: int, extra: list[str], launcher: str = "torchrun") -> list[str]:
