@@ -9,11 +9,13 @@ size) and records, separately for one forward and one backward:
   * the largest |difference| between the sharded module and the unsharded module on the same
     input (output, input gradient, every parameter gradient gathered with full_tensor()).
 
-Cases: Megatron MLP (input with and without requires_grad), the opposite order (row then column),
-attention with separate q/k/v ColwiseParallel with and without PrepareModuleInput(use_local_output
-=False), a fused QKV in Megatron's per-head layout, a pre-LN transformer block, the same block
-with SequenceParallel, and a head count not divisible by t. With 2 processes it also runs a naive
-two-stage layer split (send/recv of activations) and records each rank's busy intervals.
+Cases: one column- and one row-parallel Linear; the Megatron MLP (input with and without
+requires_grad) and the opposite order (row then column); attention with separate q/k/v
+ColwiseParallel, with PrepareModuleInput(use_local_output=False), and with a fused QKV in Megatron's
+per-head layout; a pre-LN transformer block, the same block under full recomputation
+(torch.utils.checkpoint, with and without torch's early stop) and with SequenceParallel; and a head
+count not divisible by t. With 2 processes it also runs a naive two-stage layer split (send/recv
+of activations) and records each rank's busy intervals.
 
     torchrun --nproc_per_node=2 gpu_runs/tp_bench.py                 # CPU, gloo (counts + timeline)
     torchrun --nproc_per_node=4 gpu_runs/tp_bench.py --no-timing     # CPU, counts at t = 4
@@ -31,6 +33,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpu_runs import harness  # noqa: E402
@@ -80,16 +83,19 @@ class CountingMode(CommDebugMode):
             self.events.append((name, nbytes, list(t.shape) if isinstance(t, torch.Tensor) else []))
         return out
 
-    def summary(self) -> dict:
-        """{op: {"calls", "bytes"}} from the events; calls cross-checked with CommDebugMode's own count."""
+    def summary(self, lo: int = 0, hi: int | None = None) -> dict:
+        """{op: {"calls", "bytes"}} of events[lo:hi] (one pass)."""
         out: dict[str, dict] = {}
-        for name, nbytes, _ in self.events:
+        for name, nbytes, _ in self.events[lo:hi]:
             d = out.setdefault(name, {"calls": 0, "bytes": 0})
             d["calls"] += 1
             d["bytes"] += nbytes
-        own = {k.__name__: v for k, v in self.get_comm_counts().items()}
-        assert {k: v["calls"] for k, v in out.items()} == own, (out, own)
         return out
+
+    def check_against_own_counts(self) -> None:
+        """Every event is one CommDebugMode counted itself (its own get_comm_counts)."""
+        own = {k.__name__: v for k, v in self.get_comm_counts().items()}
+        assert {k: v["calls"] for k, v in self.summary().items()} == own, (self.summary(), own)
 
 
 # ----------------------------------------------------------------------------- modules
@@ -141,6 +147,20 @@ class Block(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
+class Recomputed(nn.Module):
+    """The same block under full activation recomputation (torch.utils.checkpoint, non-reentrant):
+    its forward runs again inside the backward, collectives included. With early_stop (torch's
+    default) the recomputation stops once every tensor the backward needs has been rebuilt."""
+
+    def __init__(self, h: int, a: int, early_stop: bool = True):
+        super().__init__()
+        self.block, self.early_stop = Block(h, a), early_stop
+
+    def forward(self, x):
+        with set_checkpoint_early_stop(self.early_stop):
+            return checkpoint(self.block, x, use_reentrant=False)
+
+
 # --8<-- [start:plans]
 QKV = {"q": ColwiseParallel(), "k": ColwiseParallel(), "v": ColwiseParallel(), "o": RowwiseParallel()}
 PLANS = {
@@ -176,6 +196,8 @@ PLANS = {
                                                    use_local_output=False),
                          "mlp.fc1": ColwiseParallel(), "mlp.fc2": RowwiseParallel(output_layouts=Shard(1))},
 }
+PLANS["block_recompute"] = lambda: {f"block.{k}": v for k, v in PLANS["block"]().items()}
+PLANS["block_recompute_full"] = PLANS["block_recompute"]
 # --8<-- [end:plans]
 
 
@@ -186,6 +208,8 @@ def make(kind: str, h: int, a: int) -> nn.Module:
         return nn.Linear(4 * h, h)
     if kind.startswith("mlp"):
         return MLP(h)
+    if kind.startswith("block_recompute"):
+        return Recomputed(h, a, early_stop=kind == "block_recompute")
     if kind.startswith("attn"):
         return Attention(h, a, fused=kind == "attn_fused")
     return Block(h, a)
@@ -214,11 +238,14 @@ def run_case(cfg: dict, mesh, kind: str, x_requires_grad: bool = True) -> dict:
     xt = x[in_idx].clone().requires_grad_(x_requires_grad)
     y_ref = ref(xr)
     (y_ref * dy).sum().backward()
-    with CountingMode() as fwd:
+    # one mode for both passes (its module tracker must see the forward to follow a recomputation
+    # inside the backward); the forward's events are those before backward() starts
+    with CountingMode() as mode:
         y = tp(xt)
-    y_local = y.to_local() if isinstance(y, DTensor) else y
-    with CountingMode() as bwd:
+        n_fwd = len(mode.events)
+        y_local = y.to_local() if isinstance(y, DTensor) else y
         (y_local * dy[out_idx]).sum().backward()
+    mode.check_against_own_counts()
     diffs = {"output": float((y_local - y_ref[out_idx]).abs().max())}
     if x_requires_grad:
         diffs["input_grad"] = float((xt.grad - xr.grad[in_idx]).abs().max())
@@ -233,9 +260,9 @@ def run_case(cfg: dict, mesh, kind: str, x_requires_grad: bool = True) -> dict:
     diffs["param_grad"] = pg
     return {
         "case": kind, "t": t, "x_requires_grad": x_requires_grad,
-        "forward": fwd.summary(), "backward": bwd.summary(),
-        "forward_calls": [(n, nb) for n, nb, _ in fwd.events],
-        "backward_calls": [(n, nb) for n, nb, _ in bwd.events],
+        "forward": mode.summary(0, n_fwd), "backward": mode.summary(n_fwd),
+        "forward_calls": [(n, nb) for n, nb, _ in mode.events[:n_fwd]],
+        "backward_calls": [(n, nb) for n, nb, _ in mode.events[n_fwd:]],
         "max_abs_diff": diffs, "bitwise_equal_output": bitwise,
         "shapes": {"input": list(x.shape), "output": list(dy.shape), "input_local": list(xt.shape),
                    "output_local": list(y_local.shape)},
@@ -366,7 +393,8 @@ def main(argv=None) -> int:
     cases = [run_case(cfg, mesh, "col"), run_case(cfg, mesh, "row"),
              run_case(cfg, mesh, "mlp", x_requires_grad=False), run_case(cfg, mesh, "mlp")]
     cases += [run_case(cfg, mesh, k) for k in
-              ("mlp_row_then_col", "attn_separate", "attn_prepared", "attn_fused", "block", "block_sp")]
+              ("mlp_row_then_col", "attn_separate", "attn_prepared", "attn_fused", "block", "block_recompute",
+               "block_recompute_full", "block_sp")]
     # every rank must see the same counts: gather them and keep rank 0's plus the check
     same = gather_rank_records([(c["forward"], c["backward"]) for c in cases], env)
     worst = gather_rank_records([max(c["max_abs_diff"].values()) for c in cases], env)

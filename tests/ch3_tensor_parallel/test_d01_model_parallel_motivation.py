@@ -61,8 +61,8 @@ def test_measured_bytes_match_formula():
 
 
 def test_measured_split_equals_single_process_and_stages_do_not_overlap():
-    """Experiment 3: gradients equal the one-process reference; summed busy time ≤ step; each rank's
-    compute share is below 1/p = 1/2 (+ a small allowance for the two ranks' clocks)."""
+    """Experiment 3: gradients equal the one-process reference; the two ranks' busy times add up to at
+    most the step time (they never compute at the same time)."""
     runs = page.naive_runs()
     assert runs, "no committed tp_bench result with the naive split"
     timed = 0
@@ -73,8 +73,6 @@ def test_measured_split_equals_single_process_and_stages_do_not_overlap():
         if "timelines" in m:
             timed += 1
             assert m["busy_sum_over_step"] <= 1.0
-            for x in m["ranks"]:
-                assert x["busy_fraction"] < 0.5 + 0.05
             for tl in m["timelines"]:
                 kinds = [k for k, _, _ in tl]
                 assert kinds == ["F", "B"]
