@@ -55,6 +55,8 @@ RUNS: list[tuple[str, int, list[str], str]] = [
     ("checkpoint_bench", 1, [], "torchrun"),           # Ch6-02/03: kept/peak bytes, recompute, FLOPs, CPU times
     ("sp_activation_bench", 2, [], "torchrun"),        # Ch6-04: TP vs TP+SP saved bytes, collectives, CPU times
     ("sp_activation_bench", 4, ["--no-timing"], "torchrun"),  # Ch6-04: bytes and collectives only
+    ("tp_bench", 2, [], "torchrun"),                   # Ch3: DTensor TP counts at t=2 + naive-split timeline
+    ("tp_bench", 4, ["--no-timing"], "torchrun"),      # Ch3: DTensor TP counts at t=4 (counts only)
 ]
 
 
@@ -88,6 +90,7 @@ GPU_RUNS: list[GpuRun] = [
     GpuRun("checkpoint_bench", 1, gpus=1, what="Ch6-02/03: activation bytes (max_memory_allocated), recompute, time on CUDA"),
     GpuRun("sp_activation_bench", 1, gpus=1, what="Ch6-01/04: the GPT layer's bytes on CUDA (bool masks, m = 1), t = 1"),
     GpuRun("sp_activation_bench", 2, what="Ch6-04: TP vs TP+SP per-rank bytes and NCCL collectives"),
+    GpuRun("tp_bench", 2, gpus=2, what="Ch3: DTensor TP collectives per pass, agreement, naive split on NCCL (t=2)"),
 ]
 
 def command(program: str, nproc: int, extra: list[str], launcher: str = "torchrun") -> list[str]:
