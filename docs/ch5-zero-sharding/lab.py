@@ -1,7 +1,7 @@
 # %% [markdown]
 # # Chapter 5 실습: Adam 을 손으로 shard 하고, FSDP2 와 비교하기
 #
-# 이 노트북은 노트북 PC 의 CPU 에서 돕니다. gloo backend 로 process 2 개를 띄워
+# 이 실습은 노트북 PC 의 CPU 에서도 돕니다. gloo backend 로 process 2 개를 띄워
 #
 # 1. **ZeRO-1 을 손으로** 구현합니다: bf16 파라미터와 gradient 는 모든 rank 가 갖고, fp32 master weight 와 Adam 의
 #    m, v 는 rank 마다 1/N 씩만 갖습니다. gradient 는 `reduce_scatter_single` 로 합치되 각 rank 가 자기 조각의 합만 받고

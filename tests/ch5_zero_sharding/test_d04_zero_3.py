@@ -166,6 +166,24 @@ def test_measured_resident_bytes_equal_formula():
         assert all(g == r["formula"]["grads"] for g in r["grads_after_backward"])
 
 
+def test_zero_init_builds_only_shards():
+    """Experiment 1 (zero.Init): right after construction inside deepspeed.zero.Init every rank holds its 16-bit
+    shards, 2·Σ⌈ψ_i/N⌉ bytes, and param.data is empty — the full model never exists on a rank."""
+    seen = set()
+    for run in _runs():
+        rec = next(m for m in run.measurements if m["stage"] == 3)
+        n = rec["world_size"]
+        want = page.predicted_rank_numel(page.param_numels(run.params), n, persistence_threshold=0)
+        ranks = rec["zero_init"]["per_rank"]
+        assert sorted(r["rank"] for r in ranks) == list(range(n))
+        for r in ranks:
+            assert r["psi"] == rec["psi"] and r["shard_dtype"] == "bfloat16"
+            assert r["shard_numel"] == want["shards"] and r["shard_bytes"] == 2 * want["shards"]
+            assert r["param_data_numel"] == 0
+        seen.add(n)
+    assert {2, 4} <= seen
+
+
 def test_measured_gradient_peak_is_explained():
     """Experiment 1: backward peak = partition + one layer in the bucket + the next weight's full gradient."""
     for r in page.memory_rows(_runs()):
@@ -214,6 +232,8 @@ def test_tiny_zero3_run_matches_theorems(run_tiny):
     assert comm["total_S"] == comm["predicted_S"]
     (ag,) = page.allgather_rows([run])
     assert ag["forward"] == ag["backward"] == ag["layers"]
+    for r in data["measurements"][0]["zero_init"]["per_rank"]:   # zero.Init: shards only, nothing materialised
+        assert r["shard_bytes"] == 2 * r["psi"] // 2 and r["param_data_numel"] == 0
 
 
 def test_zero3_sends_what_deepspeed_default_stage12_sends():
