@@ -80,15 +80,16 @@ FP32 = 4
 LINK_BYTES_SHIPPED = FP32 + PARAM_BYTES       # DeepSpeed 0.19.8 stage 1/2: fp32 grad down (4) + 16-bit param up (2) = 6
 
 # Where DeepSpeed 0.19.8 makes those copies (deepspeed/runtime/zero/stage_1_and_2.py, line: text on that line).
-# The gradient is cast to fp32 *on the device* and then copied into the host fp32 buffer (two code paths,
-# the second when gradient_accumulation_dtype is fp32); the update comes back as a 16-bit copy.
+# The gradient reaches the host fp32 buffer as fp32 made *on the device*: cast there (first path), or already
+# accumulated there in an fp32 buffer (second path, when gradient_accumulation_dtype is fp32); the update comes
+# back as a 16-bit copy.
 DEEPSPEED_OFFLOAD_COPIES = (
     (1900, "src_tensor = src_tensor.to(self.master_weights_and_grads_dtype)", "DtoH", FP32,
      "async_inplace_copy_grad_to_fp32_buffer_from_gpu: cast to fp32 on the device"),
     (1909, "dest_tensor.copy_(src_tensor, non_blocking=True)", "DtoH", FP32,
      "... then copy into single_partition_of_fp32_groups[i].grad (host)"),
     (2156, "destination.copy_(source.to(destination.dtype), non_blocking=True)", "DtoH", FP32,
-     "copy_grads_in_partition (fp32 accumulation buffer): same cast, then copy"),
+     "copy_grads_in_partition: the device-side fp32 accumulation buffer, copied as fp32"),
     (3095, "bit16_partition_buffer.data.copy_(fp32_partition.data)", "host", PARAM_BYTES,
      "step: fp32 master -> 16-bit host buffer (no link traffic)"),
     (3096, "bit16_partitions[partition_id].data.copy_(bit16_partition_buffer.data, non_blocking=True)", "HtoD",
