@@ -129,6 +129,7 @@ def test_exercise2_70b_does_not_fit_16_cards_smallest_n():
         assert found[name] == brute
     assert found == {"foreach=True": 20, "fused=True": 17}
     # (c) rounded up to 8-GPU nodes both need N = 24; fused leaves more room for activations
+    assert {8 * -(-n // 8) for n in found.values()} == {24}
     left = {k: cap - page.zero3_step_peak(psi, 24, page.STEP_EXTRA_BYTES[k]) for k in found}
     assert 0 < left["foreach=True"] < left["fused=True"]
 

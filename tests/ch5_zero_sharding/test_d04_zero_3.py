@@ -74,6 +74,9 @@ def test_token_threshold_against_measured_bytes_and_prefetch_schedule():
         assert (t == pytest.approx(t_g + layers * t_c)) is hidden
     rows = page.threshold_rows()
     assert all(r["dp"] == pytest.approx(2 / 3 * r["zero3"]) for r in rows)
+    by = {(r["W"], r["N"]): r["zero3"] for r in rows}   # the page: across nodes "about ten times" the in-node τ₃*
+    assert all(10 <= by[(20e9, n)] / by[(240e9, n)] <= 13 for n in (8, 64, 512))
+    assert all(by[(240e9, n)] < 1000 for n in (8, 64, 512))  # "a few hundred tokens" inside a node
     for link in {r["link"] for r in rows}:               # almost flat in N: (N−1)/N only
         zs = [r["zero3"] for r in rows if r["link"] == link]
         assert zs == sorted(zs) and zs[-1] / zs[0] < 8 / 7 + 1e-9
