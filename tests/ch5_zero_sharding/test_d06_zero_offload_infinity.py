@@ -92,6 +92,32 @@ def test_shipped_link_bytes_read_from_installed_deepspeed_source():
     assert {e["state"]: e["dtype"] for e in by["zero2_offload_cpu"]["inventory"]}["grads"] == "float32"
 
 
+def test_accumulation_moves_16bit_grads_every_micro_batch_unless_fp32_accumulation():
+    """After Theorem 5.6.4 (gradient accumulation): in the installed stage_1_and_2.py the default (model-dtype)
+    accumulation path keeps a host buffer in param.dtype, copies it up and down every micro-batch, and is called
+    whenever micro_step_id > 0 or the step is not at its boundary; fp32 accumulation takes the compact path."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    src = page.deepspeed_source_lines()
+    assert src[1809].strip() == "def async_accumulate_grad_in_cpu_via_gpu(self, param):"
+    assert "dtype=param.dtype, device=self.device" in src[1824]                     # 16-bit host buffer
+    assert src[1833].strip().startswith("dest_buffer.copy_(self.accumulated_grads_in_cpu[param_id]")   # up
+    assert src[1846].strip().startswith("self.accumulated_grads_in_cpu[param_id].data.copy_(grad_accum")  # down
+    assert src[2166].strip() == "if self.micro_step_id > 0 or not self.is_gradient_accumulation_boundary():"
+    assert src[2167].strip() == "self.async_accumulate_grad_in_cpu_via_gpu(param)"
+    assert "gradient_accumulation_dtype != torch.float32" in src[1261]
+    path = Path(importlib.util.find_spec("deepspeed").origin).parent / "runtime/zero/stage_1_and_2.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    spans = {n.name: (n.lineno, n.end_lineno) for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    assert spans["async_accumulate_grad_in_cpu_via_gpu"][0] <= 1846 <= spans["async_accumulate_grad_in_cpu_via_gpu"][1]
+    assert spans["copy_grads_in_partition"][0] <= 2166 <= spans["copy_grads_in_partition"][1]
+    assert spans["_use_compact_grad_partition_buffer"][0] <= 1261 <= spans["_use_compact_grad_partition_buffer"][1]
+    # the compact path returns before the per-micro-batch accumulation: its copy (line 2156) sits above line 2166
+    assert spans["copy_grads_in_partition"][0] < 2156 < 2166
+
+
 def test_step_model_uses_the_shipped_link_bytes():
     """Definition 5.6.2 / Theorem 5.6.5 with c_L: the PCIe term is c_L ψ/N / W, 6 by default, 4 for the paper;
     the threshold grows by exactly (6 − 4)/W · F/(6N)."""
