@@ -198,14 +198,20 @@ def test_fsdp_bench_tiny_preset_for_real(run_tiny):
     assert rows[0]["fsdp2_bytes"] == rows[0]["zero3_bytes"]  # 2 divides every dim-0 of the tiny model
 
 
-def test_cpu_step_times_cannot_rank_the_configs():
-    """Experiment 3's reading: the predicted backward all-gather time is below the timing noise."""
+def test_cpu_step_time_prediction_is_g_ring_allgathers():
+    """Experiment 3: the predicted extra time of `True` over `False` is G ring all-gathers of the padded model
+    (G = root + 4 blocks) on the α-β fit of Ch1's gloo measurement. Whether the timing spread hides it depends
+    on the machine, so the page prints that verdict from the file instead of asserting it."""
     run = _runs()[2]
     alpha, beta = page.gloo_allgather_fit(2)
     assert alpha > 0 and beta > 0
-    extra = page.backward_gather_seconds(run, alpha, beta) * 1e3
-    spread = [c["step_ms_median"] - c["step_ms_min"] for c in run.measurements["configs"]]
-    assert min(spread) > extra > 0
+    n, params = run.hardware["world_size"], run.measurements["params"]
+    groups = {page.group_of(p["name"]) for p in params}
+    assert len(groups) == 5
+    u = sum(-(-p["shape"][0] // n) * n * (p["numel"] // p["shape"][0]) for p in params)   # Definition 5.5.1
+    assert u == page.padded_numel(params, n)
+    extra = page.backward_gather_seconds(run, alpha, beta)
+    assert extra == pytest.approx(len(groups) * (n - 1) * alpha + (n - 1) / n * 4 * u * beta)
     assert "step_ms_median" not in _runs()[4].measurements["configs"][0]  # 4 processes: counts only
 
 
