@@ -11,7 +11,7 @@ def counted():
 
 
 def test_real_mixed_precision_adam_is_16_bytes_per_parameter(counted):
-    """Experiment 1 / Theorem 5.1.3: 2 + 2 + 4 + 4 + 4 bytes per parameter, from the tensors."""
+    """Experiment 1 / Theorem 5.1.4: 2 + 2 + 4 + 4 + 4 bytes per parameter, from the tensors."""
     rows, psi, n_tensors = counted
     per = {name: b for name, b, _, _ in rows}
     assert per["params (16-bit)"] == 2 * psi

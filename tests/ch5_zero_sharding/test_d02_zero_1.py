@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_theorem_sharded_adam_is_bitwise_dp_adam():
-    """Theorem 5.2.3 / experiment 1: ZeRO-1's update equals DP's, and each rank keeps 1/N of the state."""
+    """Theorem 5.2.4 / experiment 1: ZeRO-1's update equals DP's, and each rank keeps 1/N of the state."""
     for psi, n in [(1000, 4), (1001, 3), (64, 1)]:
         out = page.zero1_vs_dp(psi=psi, n=n)
         assert out["bitwise_equal"] and out["max_abs_diff"] == 0.0
