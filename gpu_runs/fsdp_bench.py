@@ -35,7 +35,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpu_runs import harness  # noqa: E402
 from gpu_runs.comm_counter import CommCounter  # noqa: E402
-from snippets.ch5_zero_sharding.d05_fsdp import LLAMA7B_LIKE, hsdp_rows, large_model_rows  # noqa: E402
+from snippets.common.fsdp_shapes import LLAMA7B_LIKE, hsdp_rows, large_model_rows  # noqa: E402
 
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # noqa: E402
 from torch.distributed.tensor import DTensor  # noqa: E402

@@ -20,11 +20,15 @@ step, then one instrumented step, and records
   * comm: calls and bytes per torch.distributed collective in the instrumented step
     (gpu_runs/comm_counter.py, plus the functions DeepSpeed captured at start-up), also
     split by phase (forward / backward / step);
-  * stage 3: parameter all-gathers in forward and in backward, and the number of layers.
+  * stage 3: parameter all-gathers in forward and in backward, and the number of layers;
+    and `zero_init`: the same model built inside deepspeed.zero.Init — per rank, the bytes of the
+    16-bit shards (`ds_tensor`) and the elements left in `param.data` right after construction
+    (a model that is never materialised whole on any rank).
 
     torchrun --standalone --nproc_per_node=4 gpu_runs/zero_bench.py               # CPU, gloo
     torchrun --standalone --nproc_per_node=1 gpu_runs/zero_bench.py               # N = 1
     torchrun --standalone --nproc_per_node=2 gpu_runs/zero_bench.py --preset tiny --no-save
+    torchrun --standalone --nproc_per_node=8 gpu_runs/zero_bench.py --preset gpu                  # GPUs, NCCL
 """
 from __future__ import annotations
 
@@ -46,6 +50,8 @@ PROGRAM = "zero_bench"
 PRESETS = {
     "tiny": {"layers": 2, "dim": 64, "batch": 4, "timed_steps": 1, "reduce_variant": False},
     "full": {"layers": 6, "dim": 512, "batch": 8, "timed_steps": 5, "reduce_variant": True},
+    # CUDA + NCCL (make gpu-runs): ψ ≈ 1.3e8, large enough that the 16-bit buffers dominate and step times mean something
+    "gpu": {"layers": 8, "dim": 4096, "batch": 16, "timed_steps": 10, "reduce_variant": True},
 }
 STAGES = (0, 1, 2, 3)
 
@@ -216,6 +222,25 @@ class StepProbe(CommCounter):
         return out
 
 
+def zero_init_probe(cfg: dict, env) -> dict:
+    """Build the model inside deepspeed.zero.Init (ZeRO-3 config): what each rank holds right after construction."""
+    import deepspeed
+
+    conf = ds_config(3, cfg["dim"] ** 2 + cfg["dim"], cfg["batch"])
+    with deepspeed.zero.Init(config_dict_or_path=conf):
+        model = make_model(cfg["layers"], cfg["dim"])
+    params = list(model.parameters())
+    mine = {"rank": env.rank, "psi": sum(p.ds_numel for p in params),
+            "shard_numel": sum(p.ds_tensor.numel() for p in params),
+            "shard_bytes": sum(nbytes(p.ds_tensor) for p in params),
+            "shard_dtype": str(params[0].ds_tensor.dtype).replace("torch.", ""),
+            "param_data_numel": sum(p.data.numel() for p in params)}
+    gathered = [None] * env.world_size
+    dist.all_gather_object(gathered, mine)
+    del model, params
+    return {"per_rank": gathered}
+
+
 # --------------------------------------------------------------------------- one stage
 
 def run_stage(stage: int, cfg: dict, env, multi_rank_allreduce: bool = True, timed: bool = True) -> dict:
@@ -307,6 +332,8 @@ def main(argv=None) -> int:
             alt = run_stage(stage, cfg, env, multi_rank_allreduce=False, timed=False)
             rec["comm_variant_reduce"] = {"use_multi_rank_bucket_allreduce": False, "comm": alt["comm"],
                                           "per_rank_bytes": alt["per_rank_bytes"]}
+        if stage == 3:
+            rec["zero_init"] = zero_init_probe(cfg, env)
         rows.append(rec)
         if env.is_main:
             c = ", ".join(f"{k} {v['calls']}×/{v['bytes']} B" for k, v in rec["comm"].items())

@@ -7,6 +7,7 @@ from the shared module snippets.common.zero_memory and are not redefined here.
 """
 from __future__ import annotations
 
+import math
 import weakref
 
 import torch
@@ -208,6 +209,26 @@ def activation_bytes_mlp(tokens: int, width: int, depth: int, elem: int = 2) -> 
     """Saved inputs of Linear(h,4h) (T·h), GELU (T·4h) and Linear(4h,h) (T·4h): 9·T·h elements a block."""
     return depth * elem * tokens * (width + 4 * width + 4 * width)
 # --8<-- [end:activations]
+
+
+# --8<-- [start:fit]
+# Bytes per parameter of the rank's shard that one mixed-precision step adds on top of 16ψ/N
+# (Experiment 3 (a): the fp32 copy of the 16-bit gradient, plus foreach Adam's √v list).
+STEP_EXTRA_BYTES = {"foreach=True": 8, "fused=True": 4}
+
+
+def zero3_step_peak(psi: float, n: int, extra_per_param: float) -> float:
+    """Peak per-rank bytes of ZeRO-3 model states during the optimizer step: (16 + extra)ψ/N."""
+    return zm.zero_memory_bytes(psi, n, 3) + extra_per_param * psi / n
+
+
+def smallest_n_that_fits(psi: float, capacity: float, extra_per_param: float, reserve: float = 0.0) -> int:
+    """Smallest N with zero3_step_peak(ψ, N) + reserve ≤ capacity: N = ⌈(16 + extra)ψ / (capacity − reserve)⌉."""
+    room = capacity - reserve
+    if room <= 0:
+        raise ValueError("the reserve leaves no room for model states")
+    return math.ceil((zm.PARAM_BYTES + zm.GRAD_BYTES + zm.K_ADAM + extra_per_param) * psi / room)
+# --8<-- [end:fit]
 
 
 # --8<-- [start:units]

@@ -42,8 +42,10 @@ def grad_peak_bounds(psi: int, n: int, bucket_elems: int, max_param_elems: int, 
     if stage == 1:
         return ELEM * psi, ELEM * psi + part
     raise ValueError(stage)
+# --8<-- [end:peak]
 
 
+# --8<-- [start:peak_rows]
 def peak_rows(runs_=None) -> list[dict]:
     """Measured gradient peak (every rank) for stages 1 and 2 against grad_peak_bounds."""
     rows = []
@@ -58,7 +60,7 @@ def peak_rows(runs_=None) -> list[dict]:
                              "rest": r["grads_end_of_backward"], "low": lo, "high": hi,
                              "formula": zm.zero_memory_breakdown(rec["psi"], rec["world_size"], stage)["grads"]})
     return rows
-# --8<-- [end:peak]
+# --8<-- [end:peak_rows]
 
 
 # --8<-- [start:trace]

@@ -222,3 +222,22 @@ def memory_figure(runs) -> str:
     ax.legend(fontsize=8)
     return figures.svg(fig)
 # --8<-- [end:figure]
+
+
+# --8<-- [start:threshold]
+# ASSUMED (not measured in this book): an A100-like GPU sustaining 156 TFLOP/s of bf16 (312 peak × 50 % MFU),
+# and the per-GPU bus bandwidth a ring collective reaches on two kinds of link.
+ASSUMED_FLOPS = 0.5 * 312e12
+ASSUMED_LINKS = {"NVLink, node 안 (240 GB/s 가정)": 240e9, "InfiniBand 200 Gb/s, node 사이 (20 GB/s 가정)": 20e9}
+
+
+def threshold_rows(flops: float = ASSUMED_FLOPS, links=None, ns=(8, 64, 512)) -> list[dict]:
+    """τ* of ZeRO-3 (shared formula) and of plain DP (2/3 of it) for each link and N."""
+    rows = []
+    for name, w in (links or ASSUMED_LINKS).items():
+        for n in ns:
+            z3 = zm.zero3_breakeven_tokens(flops, w, n)
+            rows.append({"link": name, "W": w, "N": n, "zero3": z3,
+                         "dp": z3 * zm.zero_comm_volume(1, 0) / zm.zero_comm_volume(1, 3)})
+    return rows
+# --8<-- [end:threshold]

@@ -73,18 +73,54 @@ def max_params_on_gpu(hw: Hardware, n: int, stage: int, offload_optimizer: bool,
 # --8<-- [end:placement]
 
 
+# --8<-- [start:link]
+# Bytes per parameter of the rank's shard that cross the GPU-CPU link in one ZeRO-Offload step.
+LINK_BYTES_PAPER = GRAD_BYTES + PARAM_BYTES   # Ren et al. §3.5: g16 down (2) + p16 up (2) = 4
+FP32 = 4
+LINK_BYTES_SHIPPED = FP32 + PARAM_BYTES       # DeepSpeed 0.19.8 stage 1/2: fp32 grad down (4) + 16-bit param up (2) = 6
+
+# Where DeepSpeed 0.19.8 makes those copies (deepspeed/runtime/zero/stage_1_and_2.py, line: text on that line).
+# The gradient reaches the host fp32 buffer as fp32 made *on the device*: cast there (first path), or already
+# accumulated there in an fp32 buffer (second path, when gradient_accumulation_dtype is fp32); the update comes
+# back as a 16-bit copy.
+DEEPSPEED_OFFLOAD_COPIES = (
+    (1900, "src_tensor = src_tensor.to(self.master_weights_and_grads_dtype)", "DtoH", FP32,
+     "async_inplace_copy_grad_to_fp32_buffer_from_gpu: cast to fp32 on the device"),
+    (1909, "dest_tensor.copy_(src_tensor, non_blocking=True)", "DtoH", FP32,
+     "... then copy into single_partition_of_fp32_groups[i].grad (host)"),
+    (2156, "destination.copy_(source.to(destination.dtype), non_blocking=True)", "DtoH", FP32,
+     "copy_grads_in_partition: the device-side fp32 accumulation buffer, copied as fp32"),
+    (3095, "bit16_partition_buffer.data.copy_(fp32_partition.data)", "host", PARAM_BYTES,
+     "step: fp32 master -> 16-bit host buffer (no link traffic)"),
+    (3096, "bit16_partitions[partition_id].data.copy_(bit16_partition_buffer.data, non_blocking=True)", "HtoD",
+     PARAM_BYTES, "... then the 16-bit update goes up to the device partition"),
+)
+# --8<-- [end:link]
+
+
+def deepspeed_source_lines(relpath: str = "runtime/zero/stage_1_and_2.py") -> dict[int, str]:
+    """Line number -> text of a file of the installed DeepSpeed (found without importing deepspeed)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("deepspeed")
+    text = (Path(spec.origin).parent / relpath).read_text(encoding="utf-8")
+    return dict(enumerate(text.splitlines(), start=1))
+
+
 # --8<-- [start:model]
 ADAM_CPU_BYTES = 4 * 4 + 3 * 4 + PARAM_BYTES  # read master, grad, m, v (fp32); write master, m, v; write 16-bit param
 NVME_BYTES = 2 * K_ADAM                       # optimizer state on NVMe: read 12 B and write 12 B per parameter
 
 
 def step_times(psi, tokens, n: int = 1, hw: Hardware = ASSUMED, pcie: float | None = None,
-               offload: str = "cpu") -> dict[str, np.ndarray]:
+               offload: str = "cpu", link_bytes: float = LINK_BYTES_SHIPPED) -> dict[str, np.ndarray]:
     """Predicted seconds of one training step per GPU under ZeRO-Offload (ZeRO-2 + offload_optimizer).
 
     psi: parameters; tokens: tokens per GPU per step (micro-batch × sequence × accumulation).
     gpu  = 6 ψ tokens / F                      (forward + backward)
-    pcie = (2ψ/N + 2ψ/N) / B_pcie              (16-bit grads GPU->CPU, 16-bit params CPU->GPU)
+    pcie = c_L ψ/N / W_pcie                    (c_L = 6 shipped: fp32 grads down + 16-bit params up;
+                                                c_L = 4 in the paper: 16-bit both ways)
     cpu  = ADAM_CPU_BYTES ψ/N / B_cpu          (bandwidth-bound CPU Adam on this rank's shard)
     nvme = NVME_BYTES ψ/N / B_nvme             (only for offload='nvme': swap the optimizer state)
     serial  = gpu + pcie + cpu + nvme          (no overlap)
@@ -98,17 +134,18 @@ def step_times(psi, tokens, n: int = 1, hw: Hardware = ASSUMED, pcie: float | No
     zero = np.zeros_like(gpu)
     if offload == "none":
         return {"gpu": gpu, "pcie": zero, "cpu": zero, "nvme": zero, "serial": gpu, "overlap": gpu}
-    link = (GRAD_BYTES + PARAM_BYTES) * psi / n / bw + zero
+    link = link_bytes * psi / n / bw + zero
     cpu = ADAM_CPU_BYTES * psi / n / hw.cpu_bw + zero
     nvme = (NVME_BYTES * psi / n / hw.nvme + zero) if offload == "nvme" else zero
     off = link + cpu + nvme
     return {"gpu": gpu, "pcie": link, "cpu": cpu, "nvme": nvme, "serial": gpu + off, "overlap": np.maximum(gpu, off)}
 
 
-def breakeven_tokens(n: int = 1, hw: Hardware = ASSUMED, pcie: float | None = None, offload: str = "cpu") -> float:
+def breakeven_tokens(n: int = 1, hw: Hardware = ASSUMED, pcie: float | None = None, offload: str = "cpu",
+                     link_bytes: float = LINK_BYTES_SHIPPED) -> float:
     """Tokens per GPU per step above which the offload work hides behind compute (independent of ψ)."""
     bw = hw.pcie if pcie is None else pcie
-    per_param = (GRAD_BYTES + PARAM_BYTES) / bw + ADAM_CPU_BYTES / hw.cpu_bw
+    per_param = link_bytes / bw + ADAM_CPU_BYTES / hw.cpu_bw
     if offload == "nvme":
         per_param += NVME_BYTES / hw.nvme
     return hw.gpu_flops * per_param / (6 * n)
@@ -264,18 +301,18 @@ def timing_rows(result) -> list[list]:
 
 
 def gpu_rows(result) -> list[list]:
-    """A GPU result: step times and measured memcpy bytes per step against 2ψ/N each way."""
+    """A GPU result: step times and measured memcpy bytes per step against DeepSpeed's 4ψ/N down, 2ψ/N up."""
     n = result.hardware["world_size"]
     rows = []
     for r in bench_rows(result):
         if not r["ok"]:
-            rows.append([r["config"], "—", "—", "—", "—", r["error"][:80]])
+            rows.append([r["config"], "—", "—", "—", "—", "—", r["error"][:80]])
             continue
         mb = r.get("memcpy_bytes", {})
         steps = r.get("memcpy_steps", 1) or 1
         rows.append([r["config"], f"{r['fwd_bwd_ms_median']:.1f}", f"{r['step_ms_median']:.1f}",
-                     f"{mb.get('DtoH', 0) / steps / 1e6:,.1f}", f"{mb.get('HtoD', 0) / steps / 1e6:,.1f}",
-                     f"{2 * r['psi'] / n / 1e6:,.1f}"])
+                     f"{mb.get('DtoH', 0) / steps / 1e6:,.1f}", f"{FP32 * r['psi'] / n / 1e6:,.1f}",
+                     f"{mb.get('HtoD', 0) / steps / 1e6:,.1f}", f"{PARAM_BYTES * r['psi'] / n / 1e6:,.1f}"])
     return rows
 
 
@@ -301,8 +338,8 @@ def gpu_section(runs) -> str:
     out = []
     for r in runs:
         out.append(results.markdown_table(
-            ["config", "fwd+bwd (ms)", "optimizer step (ms)", "DtoH MB / step (측정)", "HtoD MB / step (측정)",
-             "2ψ/N MB (16-bit 예측)"], gpu_rows(r)))
+            ["config", "fwd+bwd (ms)", "optimizer step (ms)", "DtoH MB / step (측정)", "4ψ/N MB (fp32 grad, 예측)",
+             "HtoD MB / step (측정)", "2ψ/N MB (16-bit param, 예측)"], gpu_rows(r)))
         out.append("")
         probes = [p for p in probe_rows(r) if "pcie_h2d_GBps" in p]
         if probes:

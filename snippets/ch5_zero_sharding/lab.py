@@ -66,11 +66,12 @@ def manual_zero1_worker(rank: int, world: int, store: str, outdir: str):
         model.zero_grad()
         loss.backward()
         g = torch.cat([p.grad.float().reshape(-1) for p in params])
-        dist.all_reduce(g)  # sum; the mean is our division
-        master.grad = g[rank * shard:(rank + 1) * shard] / world
+        mine = torch.empty(shard)
+        dist.reduce_scatter_single(mine, g)  # my slice of the sum over ranks; the mean is our division
+        master.grad = mine / world
         opt.step()
         full = torch.empty(psi)
-        dist.all_gather_into_tensor(full, master.detach())  # everyone gets every updated shard
+        dist.all_gather_single(full, master.detach())  # everyone gets every updated shard
         offset = 0
         with torch.no_grad():
             for p in params:

@@ -62,6 +62,19 @@ def zero_comm_volume(psi: float, stage: int) -> float:
 # --8<-- [end:comm]
 
 
+# --8<-- [start:threshold]
+def zero3_breakeven_tokens(flops: float, link_bw: float, n: int, elem: int = 2) -> float:
+    """Tokens per GPU per step above which ZeRO-3's collectives can hide behind compute.
+
+    Compute per step: 6ψτ/F (forward 2ψτ, backward 4ψτ). Ring traffic per rank: 3eψ(N−1)/N bytes at
+    link_bw bytes/s (forward AllGather eψ, backward AllGather + ReduceScatter 2eψ). Equal when
+    τ* = F · 3e(N−1)/N / (6 · link_bw) = F e (N−1) / (2 N link_bw); ψ cancels. The forward alone
+    (2ψτ/F vs eψ(N−1)/(N·link_bw)) and the backward alone (4ψτ/F vs 2eψ(N−1)/(N·link_bw)) give the same τ*.
+    """
+    return flops * zero_comm_volume(1, 3) * elem * (n - 1) / n / (6 * link_bw)
+# --8<-- [end:threshold]
+
+
 def table(models=((7e9, 8), (13e9, 16), (70e9, 16), (175e9, 64)), unit: float = GB):
     """Per-rank model-state memory for each (ψ, N) and stage, in `unit` (default GB = 1e9 B)."""
     return [{"psi": psi, "N": n, **{f"stage{s}": zero_memory_bytes(psi, n, s) / unit for s in range(4)}}

@@ -11,7 +11,7 @@ def counted():
 
 
 def test_real_mixed_precision_adam_is_16_bytes_per_parameter(counted):
-    """Experiment 1 / Theorem 5.1.3: 2 + 2 + 4 + 4 + 4 bytes per parameter, from the tensors."""
+    """Experiment 1 / Theorem 5.1.4: 2 + 2 + 4 + 4 + 4 bytes per parameter, from the tensors."""
     rows, psi, n_tensors = counted
     per = {name: b for name, b, _, _ in rows}
     assert per["params (16-bit)"] == 2 * psi
@@ -75,13 +75,77 @@ def test_activations_scale_with_tokens_not_parameters():
     assert big["measured"] == 4 * small["measured"]
 
 
-def test_units():
-    """Experiment 4: 16ψ in GB and GiB; GiB is smaller by 2**30 / 1e9."""
+def _meta_model_states(psi: int, n: int, stage: int) -> int:
+    """Independent route to the per-rank bytes: allocate the five arrays on the meta device with
+    the dtypes of Definition 5.1.2 and let torch say their sizes (shard = ψ/N elements)."""
+    import torch
+
+    shard = lambda on: psi // n if on else psi  # noqa: E731
+    arrays = [torch.empty(shard(stage >= 3), dtype=torch.bfloat16, device="meta"),   # θ16
+              torch.empty(shard(stage >= 2), dtype=torch.bfloat16, device="meta")]   # g16
+    arrays += [torch.empty(shard(stage >= 1), dtype=torch.float32, device="meta") for _ in range(3)]  # θ32, m, v
+    return sum(t.nbytes for t in arrays)
+
+
+def test_units_and_70b_numbers_from_meta_tensors():
+    """Experiment 4 and Corollary 5.1.6: the byte counts that the GB/GiB columns convert come out of
+    torch's own element sizes (meta tensors, nothing allocated); 70 GB = 65.2 GiB; GiB is ~7 % smaller."""
+    psi, n = 70 * 10 ** 9, 16
+    got = [_meta_model_states(psi, n, s) for s in range(4)]
+    assert [g / 10 ** 9 for g in got] == pytest.approx([1120, 332.5, 201.25, 70])
+    assert got == [zm.zero_memory_bytes(psi, n, s) for s in range(4)]
+    assert f"{got[3] / 2 ** 30:.1f}" == "65.2"
     for r in page.unit_rows():
-        assert r["GB"] * zm.GB == r["GiB"] * zm.GIB == r["bytes"] == 16 * r["psi"]
-        assert r["GB"] / r["GiB"] == pytest.approx(2 ** 30 / 1e9)
-    assert page.unit_rows([1.5e9])[0]["GB"] == 24.0
+        assert r["bytes"] == _meta_model_states(int(r["psi"]), 1, 0)
+        assert r["GiB"] < r["GB"] and 1 - r["GiB"] / r["GB"] == pytest.approx(0.0687, abs=1e-4)
 
 
-def test_figure_is_svg():
-    assert page.stage_figure().startswith('<figure class="book-figure"><svg')
+def test_figure_bars_equal_independent_totals():
+    """Experiment 2's figure: the four bar labels in the SVG are the meta-tensor totals of each stage,
+    and the ZeRO-1 → ZeRO-2 drop is exactly the gradient term 2ψ(N−1)/N."""
+    import re
+
+    svg = page.stage_figure(70e9, 16)
+    labels = [float(x.replace(",", "")) for x in re.findall(r">([\d,]+\.\d\d) GB<", svg)]
+    want = [_meta_model_states(70 * 10 ** 9, 16, s) / 10 ** 9 for s in range(4)]
+    assert labels == pytest.approx(want)
+    parts = [zm.zero_memory_breakdown(70e9, 16, s) for s in (1, 2)]
+    assert parts[0]["params"] == parts[1]["params"] and parts[0]["optimizer"] == parts[1]["optimizer"]
+    assert parts[0]["grads"] - parts[1]["grads"] == pytest.approx(2 * 70e9 * 15 / 16)
+
+
+def test_exercise2_70b_does_not_fit_16_cards_smallest_n():
+    """Exercise 2: with the step's measured transients, 70B does not fit 16 × 80 GiB under ZeRO-3
+    (foreach or fused); the smallest N is 20 (foreach) and 17 (fused), checked by brute force."""
+    measured = {r["variant"]: r["step_peak"] / r["psi"] for r in page.step_transients()}
+    assert measured["foreach=True"] == page.STEP_EXTRA_BYTES["foreach=True"]
+    assert measured["fused=True"] == page.STEP_EXTRA_BYTES["fused=True"]
+    psi, cap = 70e9, 80 * zm.GIB
+    found = {}
+    for name, extra in page.STEP_EXTRA_BYTES.items():
+        assert page.zero3_step_peak(psi, 16, extra) > cap                         # (a) does not fit
+        brute = next(n for n in range(1, 1024) if _meta_model_states(70 * 10 ** 9, n, 3) + extra * psi / n <= cap)
+        found[name] = page.smallest_n_that_fits(psi, cap, extra)
+        assert found[name] == brute
+    assert found == {"foreach=True": 20, "fused=True": 17}
+    # (c) rounded up to 8-GPU nodes both need N = 24; fused leaves more room for activations
+    assert {8 * -(-n // 8) for n in found.values()} == {24}
+    left = {k: cap - page.zero3_step_peak(psi, 24, page.STEP_EXTRA_BYTES[k]) for k in found}
+    assert 0 < left["foreach=True"] < left["fused=True"]
+
+
+def test_deepspeed_estimators_20_bytes_is_zero2_only():
+    """Experiment 3 (a): the installed DeepSpeed's estimators, called for real. ZeRO-2 without offload:
+    2ψ + 18ψ/N on the GPU (20 B/param at N = 1). ZeRO-3: 18ψ/N + 4 × largest layer; with offload, 2ψ (ZeRO-2)."""
+    from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+    from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+
+    psi, largest = 10 ** 9, 10 ** 7
+    _, gpu = estimate_zero2_model_states_mem_needs(psi, num_gpus_per_node=1, cpu_offload=False)
+    assert gpu == 20 * psi == (zm.zero_memory_bytes(psi, 1, 2) + 4 * psi)   # the book's 16 + fp32 grads 4
+    _, gpu16 = estimate_zero2_model_states_mem_needs(psi, num_gpus_per_node=8, num_nodes=2, cpu_offload=False)
+    assert gpu16 == 2 * psi + 18 * psi // 16
+    _, gpu_off = estimate_zero2_model_states_mem_needs(psi, num_gpus_per_node=1, cpu_offload=True)
+    assert gpu_off == 2 * psi
+    _, gpu3, _ = estimate_zero3_model_states_mem_needs(psi, largest, num_gpus_per_node=1, cpu_offload=False)
+    assert gpu3 == 18 * psi + 4 * largest != 20 * psi

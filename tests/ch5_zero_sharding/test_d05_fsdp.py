@@ -10,7 +10,8 @@ from snippets.common import zero_memory as zm
 @pytest.mark.parametrize("rows,n", [(250, 4), (1000, 4), (5, 4), (32000, 48), (7, 7), (3, 8), (11008, 64)])
 def test_dim0_rows_match_torch_chunk(rows, n):
     """Definition 5.5.1: ranks get torch.chunk(dim=0) pieces of ceil(R/N) rows, the tail fewer or none."""
-    torch = pytest.importorskip("torch")
+    import torch
+
     got = page.dim0_shard_rows(rows, n)
     chunks = [c.shape[0] for c in torch.chunk(torch.empty(rows, 1), n, dim=0)]
     assert got == chunks + [0] * (n - len(chunks))
@@ -132,7 +133,6 @@ def test_large_model_fake_world_against_zero_memory():
 
 def test_fake_world_recomputed_in_process():
     """The committed fake-world numbers are what fully_shard gives now (small N, rank 0 and N−1)."""
-    pytest.importorskip("torch")
     cfg = {"d": 64, "layers": 2, "ff": 172, "vocab": 1000}
     got = page.large_model_rows((3,), cfg)[0]
     model = page.llama_like_meta(**cfg)
@@ -157,8 +157,7 @@ def test_deepspeed_measured_matches_rules_when_committed():
     """Experiment 5 (measured): zero_bench's ZeRO-3 shards follow the DeepSpeed rule, and its
     all-gathers (count, forward bytes) equal the FSDP2 prediction for the same model."""
     rows = page.deepspeed_comparison_rows(page.zero_bench_runs())
-    if not rows:
-        pytest.skip("no committed zero_bench results")
+    assert rows, "zero_bench results are committed (Ch5-02..04); an empty comparison would pass vacuously"
     for r in rows:
         assert set(r["ds_measured"]) == {r["ds_rule"]}
         assert r["ds_ag_forward"] == r["fsdp2_ag_forward"] == r["layers"]
@@ -199,14 +198,20 @@ def test_fsdp_bench_tiny_preset_for_real(run_tiny):
     assert rows[0]["fsdp2_bytes"] == rows[0]["zero3_bytes"]  # 2 divides every dim-0 of the tiny model
 
 
-def test_cpu_step_times_cannot_rank_the_configs():
-    """Experiment 3's reading: the predicted backward all-gather time is below the timing noise."""
+def test_cpu_step_time_prediction_is_g_ring_allgathers():
+    """Experiment 3: the predicted extra time of `True` over `False` is G ring all-gathers of the padded model
+    (G = root + 4 blocks) on the α-β fit of Ch1's gloo measurement. Whether the timing spread hides it depends
+    on the machine, so the page prints that verdict from the file instead of asserting it."""
     run = _runs()[2]
     alpha, beta = page.gloo_allgather_fit(2)
     assert alpha > 0 and beta > 0
-    extra = page.backward_gather_seconds(run, alpha, beta) * 1e3
-    spread = [c["step_ms_median"] - c["step_ms_min"] for c in run.measurements["configs"]]
-    assert min(spread) > extra > 0
+    n, params = run.hardware["world_size"], run.measurements["params"]
+    groups = {page.group_of(p["name"]) for p in params}
+    assert len(groups) == 5
+    u = sum(-(-p["shape"][0] // n) * n * (p["numel"] // p["shape"][0]) for p in params)   # Definition 5.5.1
+    assert u == page.padded_numel(params, n)
+    extra = page.backward_gather_seconds(run, alpha, beta)
+    assert extra == pytest.approx(len(groups) * (n - 1) * alpha + (n - 1) / n * 4 * u * beta)
     assert "step_ms_median" not in _runs()[4].measurements["configs"][0]  # 4 processes: counts only
 
 
@@ -214,7 +219,7 @@ def test_fsdp2_api_names_the_page_uses():
     """The FSDP2 API as the page names it exists in the installed torch (2.13)."""
     import inspect
 
-    fsdp = pytest.importorskip("torch.distributed.fsdp")
+    import torch.distributed.fsdp as fsdp
     sig = inspect.signature(fsdp.fully_shard)
     assert {"mesh", "reshard_after_forward", "mp_policy", "offload_policy"} <= set(sig.parameters)
     assert {"param_dtype", "reduce_dtype", "output_dtype", "cast_forward_inputs"} <= set(
@@ -233,7 +238,7 @@ def test_fsdp2_api_names_the_page_uses():
 
 def test_deepspeed_facts_in_the_comparison_table():
     """🔗 table: ZeRO-3 defaults and removed features, read from the installed DeepSpeed's config classes."""
-    zc = pytest.importorskip("deepspeed.runtime.zero.config")
+    import deepspeed.runtime.zero.config as zc
     fields = zc.DeepSpeedZeroConfig.model_fields
     assert fields["prefetch_bucket_size"].default == 5e7
     assert fields["param_persistence_threshold"].default == page.DS_PERSISTENCE_THRESHOLD
@@ -256,3 +261,19 @@ def test_hsdp_memory_is_set_by_the_shard_group():
         assert r["fsdp2_bytes"] == r["zero3_bytes_at_shard"] == zm.zero_memory_bytes(r["psi"], r["shard"], 3)
         want = "(Shard(dim=0),)" if r["replicate"] == 1 else "(Replicate(), Shard(dim=0))"
         assert r["placements"] == [want]
+
+
+def test_programs_import_shared_modules_not_pages():
+    """GUIDE: gpu_runs programs import snippets/common only; fsdp_bench's large-model helpers moved there."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    for prog in ("fsdp_bench", "zero_bench", "offload_bench"):
+        tree = ast.parse((root / "gpu_runs" / f"{prog}.py").read_text(encoding="utf-8"))
+        mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        assert not [m for m in mods if m.startswith("snippets.ch")], (prog, mods)
+    from snippets.common import fsdp_shapes
+
+    assert page.large_model_rows is fsdp_shapes.large_model_rows and page.hsdp_rows is fsdp_shapes.hsdp_rows
