@@ -32,6 +32,8 @@ RUNS: list[tuple[str, int, list[str], str]] = [
     ("zero_bench", 4, ["--no-timing"], "torchrun"),    # Ch5-02..04: bytes and collectives only
     ("ddp_accumulation", 2, [], "torchrun"),           # Ch2-04: no_sync counts, gradients, CPU step times
     ("ddp_accumulation", 4, ["--no-timing"], "torchrun"),  # Ch2-04: counts and gradients only
+    ("async_sgd", 2, [], "torchrun"),                  # Ch2-06: Hogwild!, PostLocalSGDOptimizer, outer steps
+    ("async_sgd", 4, [], "torchrun"),                  # Ch2-06: the same with 4 ranks (counts, distances)
 ]
 
 
@@ -57,6 +59,7 @@ GPU_RUNS: list[GpuRun] = [
     GpuRun("fsdp_bench", 2, what="Ch5-05: FSDP2 per-rank bytes and step time on CUDA"),
     GpuRun("offload_bench", 1, gpus=1, what="Ch5-06: ZeRO-Offload PCIe bytes and step time"),
     GpuRun("ddp_accumulation", 2, what="Ch2-04: no_sync all-reduce counts, gradient equality, step time on CUDA"),
+    GpuRun("async_sgd", 2, what="Ch2-06: local SGD / outer steps on NCCL (Hogwild! part stays on CPU)"),
 ]
 
 def command(program: str, nproc: int, extra: list[str], launcher: str = "torchrun") -> list[str]:
