@@ -114,7 +114,7 @@ def test_committed_step_times_follow_the_prediction_in_trend():
     micro-batch is measured slower than no_sync."""
     run = _runs()[2]
     rows, alpha, beta = page.time_rows(run)
-    assert alpha > 0 and beta > 0
+    assert alpha > 0 and beta >= 0
     unit = rows[1]["predicted_extra_ms"] / (rows[1]["M"] - 1)
     for r in rows:
         assert math.isclose(r["predicted_extra_ms"], unit * (r["M"] - 1), rel_tol=1e-9, abs_tol=1e-12)
@@ -132,7 +132,7 @@ def test_exercise_2_alpha_term_dominates_for_large_n():
     for n in (2, 8, 64, 1024):
         total = page.predicted_extra_seconds(n, buckets, 8, alpha, beta)
         shares.append(7 * len(buckets) * 2 * (n - 1) * alpha / total)
-    assert np.all(np.diff(shares) > 0) and shares[-1] > 0.99
+    assert np.all(np.diff(shares) >= 0) and shares[-1] > 0.99
 
 
 def test_exercise_1_counts():
