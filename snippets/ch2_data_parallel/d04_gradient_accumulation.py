@@ -12,6 +12,7 @@ Communication costs come from snippets.common.alphabeta (Ch1-03's ring), never r
 """
 from __future__ import annotations
 
+import contextlib
 import statistics
 
 import numpy as np
@@ -58,6 +59,19 @@ def traffic_per_step(n: int, grad_bytes: float, m: int, no_sync: bool) -> float:
     """Bytes a rank sends per optimizer step: one ring all-reduce of the gradients, or m of them."""
     return (1 if no_sync else m) * ring_bytes_per_rank(n, grad_bytes)
 # --8<-- [end:counts]
+
+
+# --8<-- [start:pattern]
+def accumulation_step(ddp, optimizer, loss_fn, micro_batches) -> None:
+    """One optimizer step over M micro-batches: no_sync on the first M−1, loss divided by M."""
+    m = len(micro_batches)
+    for k, (x, y) in enumerate(micro_batches):
+        ctx = ddp.no_sync() if k < m - 1 else contextlib.nullcontext()
+        with ctx:                                    # the forward too (Definition 2.4.2)
+            (loss_fn(ddp(x), y) / m).backward()
+    optimizer.step()
+    optimizer.zero_grad()
+# --8<-- [end:pattern]
 
 
 def measured_calls(run, mode: str, step: int) -> list[int]:

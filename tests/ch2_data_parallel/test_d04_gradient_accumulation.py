@@ -159,3 +159,42 @@ def test_ddp_accumulation_tiny_preset_for_real(run_tiny):
     ok = [e for e in m["equality"] if e["norm"] == "none" and e["loss_divided_by_M"]]
     assert ok and all(e["max_rel_diff_vs_global"] < 1e-5 for e in ok)
     assert [[x["buffer_broadcasts"] for x in c] for c in m["bn"]["per_cycle"]] == [[1] + [0] * (p["M"] - 1)] * 2
+
+
+def test_accumulation_pattern_wraps_forward_and_scales_loss():
+    """🔗 the standard pattern: forward and backward of the first M−1 micro-batches run inside no_sync, the last
+    outside; each loss is divided by M; one optimizer step."""
+    import contextlib
+
+    import torch
+
+    log = []
+
+    class FakeDDP:
+        inside = False
+
+        @contextlib.contextmanager
+        def no_sync(self):
+            self.inside = True
+            yield
+            self.inside = False
+
+        def __call__(self, x):
+            log.append(("forward", self.inside))
+            return x
+
+    class Opt:
+        steps = 0
+
+        def step(self):
+            self.steps += 1
+
+        def zero_grad(self):
+            pass
+
+    x = torch.ones(3, requires_grad=True)
+    opt = Opt()
+    page.accumulation_step(FakeDDP(), opt, lambda out, y: out.sum(), [(x, None)] * 4)
+    assert log == [("forward", True)] * 3 + [("forward", False)]
+    assert torch.allclose(x.grad, torch.ones(3))  # 4 micro-batches × (1/4)
+    assert opt.steps == 1
