@@ -238,7 +238,7 @@ def sweep_figure(rows, fit: dict, bs_target: float):
     ax1.legend(fontsize=8)
     b = np.array([r["B"] for r in rows])
     ax2.semilogx(b, [r["best_lr"] for r in rows], "o", label="grid 최적 lr (측정)")
-    ax2.semilogx(bb, max(LRS) * mccandlish_curve(bb, bs_target), "k--", label=r"$\epsilon_{max}/(1+B_{simple}/B)$")
+    ax2.semilogx(bb, max(LRS) * mccandlish_curve(bb, bs_target), "k--", label=r"$\eta_{max}/(1+B_{simple}/B)$")
     ax2.set_xlabel("batch B")
     ax2.set_ylabel("learning rate")
     ax2.set_ylim(0, max(LRS) * 1.1)

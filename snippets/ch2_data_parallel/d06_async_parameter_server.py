@@ -162,6 +162,6 @@ def curves_figure(run):
         ax2.semilogy([p["step"] * per for p in c], [p["dist"] for p in c], style, label=key)
     ax1.set_xlabel("step")
     ax2.set_xlabel("all-reduce 횟수")
-    ax1.set_ylabel(r"$\|w - w_{opt}\|$")
+    ax1.set_ylabel(r"$\|\theta - \theta_{opt}\|$")
     ax1.legend(fontsize=7)
     return figures.svg(fig)
