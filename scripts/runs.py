@@ -57,6 +57,10 @@ RUNS: list[tuple[str, int, list[str], str]] = [
     ("sp_activation_bench", 4, ["--no-timing"], "torchrun"),  # Ch6-04: bytes and collectives only
     ("tp_bench", 2, [], "torchrun"),                   # Ch3: DTensor TP counts at t=2 + naive-split timeline
     ("tp_bench", 4, ["--no-timing"], "torchrun"),      # Ch3: DTensor TP counts at t=4 (counts only)
+    ("ddp_accumulation", 2, [], "torchrun"),           # Ch2-04: no_sync counts, gradients, CPU step times
+    ("ddp_accumulation", 4, ["--no-timing"], "torchrun"),  # Ch2-04: counts and gradients only
+    ("async_sgd", 2, [], "torchrun"),                  # Ch2-06: Hogwild!, PostLocalSGDOptimizer, outer steps
+    ("async_sgd", 4, [], "torchrun"),                  # Ch2-06: the same with 4 ranks (counts, distances)
 ]
 
 
@@ -91,6 +95,8 @@ GPU_RUNS: list[GpuRun] = [
     GpuRun("sp_activation_bench", 1, gpus=1, what="Ch6-01/04: the GPT layer's bytes on CUDA (bool masks, m = 1), t = 1"),
     GpuRun("sp_activation_bench", 2, what="Ch6-04: TP vs TP+SP per-rank bytes and NCCL collectives"),
     GpuRun("tp_bench", 2, gpus=2, what="Ch3: DTensor TP collectives per pass, agreement, naive split on NCCL (t=2)"),
+    GpuRun("ddp_accumulation", 2, what="Ch2-04: no_sync all-reduce counts, gradient equality, step time on CUDA"),
+    GpuRun("async_sgd", 2, what="Ch2-06: local SGD / outer steps on NCCL (Hogwild! part stays on CPU)"),
 ]
 
 def command(program: str, nproc: int, extra: list[str], launcher: str = "torchrun") -> list[str]:

@@ -1,0 +1,150 @@
+"""Ch2-05 Batch Size Scaling Rules: each test asserts a claim the page makes."""
+import math
+import time
+
+import numpy as np
+import pytest
+
+from snippets.ch2_data_parallel import d05_batch_size_scaling as page
+from tests.conftest import cell_budget
+
+
+def test_torch_func_per_sample_grads_equal_hand_derivation_and_autograd_loop():
+    """Experiment 1: vmap(grad) per-sample gradients = (σ(x·w) − y)·x = a plain autograd loop."""
+    torch = pytest.importorskip("torch")
+    w = page.gd_path()[0][5]
+    got = page.per_sample_grads(w)
+    np.testing.assert_allclose(got, page.closed_form_grads(w), rtol=1e-10, atol=1e-12)
+    x, y = page.dataset()
+    wt = torch.tensor(w, requires_grad=True)
+    for i in (0, 17, 511):
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(torch.tensor(x[i]) @ wt, torch.tensor(y[i]))
+        (g,) = torch.autograd.grad(loss, wt)
+        np.testing.assert_allclose(got[i], g.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_b_simple_matches_two_batch_estimator_and_grows():
+    """Experiment 1 / Lemma 2.5.4: the unbiased two-batch estimate agrees with the per-sample value; B_simple
+    grows along the path while tr Σ changes far less than |G|²."""
+    path = page.noise_along_path()
+    for r in path:
+        est = page.two_batch_estimate(r["w"], 8, 256)
+        assert abs(est["B_simple"] / r["B_simple"] - 1) < 0.1
+    bs = [r["B_simple"] for r in path]
+    assert all(b2 > b1 for b1, b2 in zip(bs, bs[1:]))
+    tr_change = path[0]["trSigma"] / path[-1]["trSigma"]
+    g_change = path[0]["G2"] / path[-1]["G2"]
+    assert g_change > 10 * tr_change
+
+
+def test_two_batch_identity_is_exact_in_expectation():
+    """Lemma 2.5.4: E|ĝ_B|² = |G|² + tr Σ / B, computed exactly over all with-replacement pairs for B = 2."""
+    w = page.gd_path()[0][3]
+    g = page.closed_form_grads(w)[:64]  # a small population so that all pairs can be enumerated
+    mean = g.mean(0)
+    tr = ((g - mean) ** 2).sum(1).mean()
+    pair = (g[:, None, :] + g[None, :, :]) / 2
+    assert math.isclose(float((pair ** 2).sum(-1).mean()), float(mean @ mean + tr / 2), rel_tol=1e-12)
+
+
+def test_optimal_step_theorem_252_on_a_quadratic():
+    """Theorem 2.5.2: brute-force maximisation of the exact expected improvement equals the closed form."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((5, 5))
+    h = a @ a.T + np.eye(5)
+    sig = np.diag(rng.random(5) * 3)
+    g = rng.standard_normal(5)
+    b_noise = np.trace(h @ sig) / (g @ h @ g)
+    eps_max = (g @ g) / (g @ h @ g)
+    eps = np.linspace(0, 2 * eps_max, 200001)
+    for b in (1, 4, 64):
+        dl = eps * (g @ g) - 0.5 * eps ** 2 * (g @ h @ g + np.trace(h @ sig) / b)
+        assert math.isclose(eps[np.argmax(dl)], eps_max / (1 + b_noise / b), rel_tol=1e-4)
+        assert math.isclose(dl.max(), (g @ g) ** 2 / (2 * g @ h @ g) / (1 + b_noise / b), rel_tol=1e-6)
+
+
+def test_sweep_shows_diminishing_returns_and_b_crit_within_path_range():
+    """Experiment 2: E stays within 2·E_min for B ≤ 16 and grows past 10·E_min for B ≥ 512; S saturates;
+    B_crit lies between B_simple at the start and at the target, on the start's side (log scale)."""
+    rows = page.sweep()
+    fit = page.fit_tradeoff(rows)
+    by_b = {r["B"]: r for r in rows}
+    assert all(by_b[b]["E"] < 2 * fit["E_min"] for b in (1, 2, 4, 8, 16))
+    assert all(by_b[b]["E"] > 10 * fit["E_min"] for b in (512, 1024))
+    assert by_b[1]["S"] > 20 * by_b[1024]["S"]
+    assert max(r["S"] for r in rows if r["B"] >= 128) <= 2 * fit["S_min"]
+    path = page.noise_along_path()
+    lo, hi = path[0]["B_simple"], next(r for r in path if r["gap"] == 0.2)["B_simple"]
+    assert lo < fit["B_crit"] < math.sqrt(lo * hi)
+
+
+def test_sweep_is_deterministic_and_matches_a_plain_loop():
+    """steps_to_target (vectorised over lrs and seeds) equals a one-run-at-a-time loop with the same draws."""
+    b, lrs, seeds = 16, (3.2, 6.4), 2
+    got = page.steps_to_target(b, lrs=lrs, seeds=seeds)
+    x, y = page.dataset()
+    rng = np.random.default_rng(1000 + b)
+    w = np.zeros((len(lrs) * seeds, page.D))
+    lr = np.repeat(lrs, seeds)
+    hit = [math.inf] * len(lrs)
+    for step in range(1, 500):
+        idx = rng.integers(0, len(y), size=(len(lr), b))
+        for r in range(len(lr)):
+            xb, yb = x[idx[r]], y[idx[r]]
+            w[r] = w[r] - lr[r] * (xb.T @ (1 / (1 + np.exp(-(xb @ w[r]))) - yb)) / b
+        for j in range(len(lrs)):
+            if hit[j] == math.inf and np.mean([page.full_loss(w[j * seeds + s]) for s in range(seeds)]) <= page.target_loss():
+                hit[j] = step
+        if step >= min(hit):
+            break
+    assert list(got) == hit
+
+
+def test_best_lr_grows_then_saturates():
+    """Experiment 3: the best lr grows with B below B_crit (×4 at least from 1 to 16) and is one value for B ≥ 64;
+    the grid's largest lr is slower at B = 1024; the linear rule would overshoot the grid."""
+    rows = page.sweep()
+    lrs = [r["best_lr"] for r in rows]
+    assert lrs[4] / lrs[0] >= 4 and all(b >= a for a, b in zip(lrs, lrs[1:7]))
+    assert len(set(lrs[6:])) == 1 and lrs[6] < max(page.LRS)
+    assert page.steps_to_target(1024, lrs=(max(page.LRS),), max_steps=400)[0] > rows[-1]["S"]
+    assert lrs[0] * 1024 > 10 * max(page.LRS)
+
+
+def test_moment_matching_theorem_255():
+    """Experiment 4: SGD matches under the linear rule, the normalised update under the square-root rule."""
+    for k in (2, 4, 16):
+        s = page.moment_match(k, False, noise=10.0)
+        assert abs(s["linear_mean"] / s["small_mean"] - 1) < 0.05 and abs(s["linear_var"] / s["small_var"] - 1) < 0.02
+        assert s["sqrt_var"] / s["small_var"] < 0.6
+        n = page.moment_match(k, True, noise=10.0)
+        assert abs(n["sqrt_var"] / n["small_var"] - 1) < 0.15 and abs(n["sqrt_mean"] / n["small_mean"] - 1) < 0.1
+        assert n["linear_var"] / n["small_var"] > 1.8
+    n16 = page.moment_match(16, True, noise=10.0)
+    assert n16["sqrt_var"] < n16["small_var"]  # the page: slightly below 1 at k = 16
+
+
+def test_goyal_numbers():
+    """Experiment 5 (ERRATA 30): η = 3.2 and 782 warmup iterations at 8192; warmup is 5/90 of training."""
+    assert math.isclose(page.goyal_lr(8192), 3.2) and math.isclose(page.goyal_lr(256), 0.1)
+    assert page.goyal_warmup_iterations(8192) == 782
+    for b in (8192, 32768):
+        assert math.isclose(page.goyal_warmup_iterations(b) / (90 * page.IMAGENET_TRAIN / b), 5 / 90, rel_tol=0.01)
+
+
+def test_exercise_2_tradeoff_identities():
+    """Problem 2: at B = B_crit both ratios are 2; E = 1.1 E_min at B = 0.1 B_crit where S = 11 S_min."""
+    fit = page.fit_tradeoff(page.sweep())
+    bc = fit["B_crit"]
+    for b, s_ratio, e_ratio in ((bc, 2, 2), (0.1 * bc, 11, 1.1)):
+        assert math.isclose(1 + bc / b, s_ratio) and math.isclose(1 + b / bc, e_ratio)
+        assert math.isclose((s_ratio - 1) * (e_ratio - 1), 1)
+
+
+def test_cells_fit_the_budget():
+    """The page's cells: per-sample gradients (after torch.func's one-time import), moments, Goyal table."""
+    page.per_sample_grads(np.zeros(page.D))
+    t0 = time.perf_counter()
+    page.noise_along_path()
+    page.moment_match(16, True, noise=10.0)
+    assert time.perf_counter() - t0 < 2 * cell_budget()
