@@ -390,6 +390,12 @@ def test_step_budget_recomputed_independently():
     tau = out["tau_star"]
     assert 4 * 7e9 * tau / (989e12 * 0.40) == pytest.approx(out["t_comm"], rel=1e-12)
     assert tau < b["tokens_per_gpu"]
+    # "τ* is nearly independent of ψ": the ψ-free latency part is negligible, and doubling ψ leaves τ* within 0.1 %
+    lat = float(ab.hierarchical_allreduce_time(G, g, 0.0, c["alpha_intra"], 0.0, c["alpha_inter"], 0.0))
+    assert lat < 1e-3 * out["t_comm"]
+    assert page.step_budget({**b, "params": 2 * b["params"]})["tau_star"] == pytest.approx(tau, rel=1e-3)
+    # "the 2D time is the slower of the two formulas, so τ* is conservative"
+    assert out["t_comm_flat"] < out["t_comm"]
 
 
 def test_corollary_1_4_6b_needs_a_cut_of_the_whole_node():
