@@ -607,9 +607,12 @@ def hierarchical_allreduce(x: np.ndarray, nodes: int, per_node: int) -> dict:
     intra, inter = np.zeros(n, np.int64), np.zeros(n, np.int64)
     node_ranks = [np.arange(k * g, (k + 1) * g) for k in range(G)]
     blocks = np.zeros((G, g, count // g), dtype=x.dtype)
+    block_bytes = count // g * x.dtype.itemsize              # every intra-node ring step sends one block S/g
+    intra_steps = 0
     for k, rs in enumerate(node_ranks):                      # phase 1: ReduceScatter inside node k
         blocks[k], sent = ring_reduce_scatter(x[rs])
         intra[rs] += sent
+    intra_steps += int(sent.max()) // block_bytes            # steps counted from the messages actually sent
     inter_steps = 0
     for l in range(g):                                       # phase 2: AllReduce across nodes on rail l
         if G > 1:
@@ -619,8 +622,9 @@ def hierarchical_allreduce(x: np.ndarray, nodes: int, per_node: int) -> dict:
     for k, rs in enumerate(node_ranks):                      # phase 3: AllGather inside node k
         out[rs], sent = ring_all_gather(blocks[k])
         intra[rs] += sent
+    intra_steps += int(sent.max()) // block_bytes
     return {"out": out, "intra_sent": intra, "inter_sent": inter,
-            "intra_steps": 2 * (g - 1), "inter_steps": inter_steps}
+            "intra_steps": intra_steps, "inter_steps": inter_steps}
 
 
 def hierarchical_check(nodes: int, per_node: int, elems: int = 4) -> dict:

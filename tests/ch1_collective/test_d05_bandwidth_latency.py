@@ -217,10 +217,12 @@ def test_readings_of_experiments_2_and_3(runs):
     for op, f in fits2.items():
         at = f["sizes"][np.abs(f["rel_residuals"]).argmax()]
         assert at == f["sizes"].min() or 16 * 2**10 <= at <= 4 * 2**20, op
-    if runs[4].hardware["cpu_count"] < 4:
-        rows = {r["op"]: r for r in page.oversubscription_rows(runs)}
-        for op in ("broadcast", "all_to_all"):
-            assert rows[op]["measured_ratio"] < 2 * rows[op]["step_ratio"], op
+    assert runs[4].hardware["cpu_count"] < 4   # the page's premise, asserted rather than gated by an `if`
+    rows = {r["op"]: r for r in page.oversubscription_rows(runs)}
+    for op in ("broadcast", "all_to_all"):
+        assert rows[op]["measured_ratio"] < 2 * rows[op]["step_ratio"], op
+    # the pages call the committed CPU results "2-core": every committed run says so
+    assert all(r.hardware["cpu_count"] == 2 for r in runs.values())
     fits4 = page.fit_all(runs[4])
     for op in ("all_reduce", "reduce_scatter", "all_gather"):
         f = fits4[op]
@@ -230,7 +232,7 @@ def test_readings_of_experiments_2_and_3(runs):
 def test_readings_of_experiment_5():
     """N = 8, ring simulated on real arrays: on NVLink the 25 MiB share spans
     from about half to about 90 % as the assumed α goes over ALPHA_RANGE (so no single figure is "the" NVLink share); 1 MiB stays below
-    half at every α ≥ 2.5 µs; on InfiniBand 25 MiB is ≥ 90 % at the page's α."""
+    half at every α of the table; on InfiniBand 25 MiB is ≥ 90 % at the page's α."""
     from snippets.ch1_collective.d03_ring_allreduce import ring_allreduce
 
     n, s = 8, 25 << 20
@@ -244,7 +246,7 @@ def test_readings_of_experiment_5():
         assert all(b < a for a, b in zip(etas, etas[1:]))   # larger α, smaller share
         if name.startswith("NVLink"):
             assert etas[-1] < 0.55 and etas[0] > 0.85
-            assert all(page.bandwidth_fraction(1 << 20, n * a * gbps * 1e9) < 0.5 for a in page.ALPHA_RANGE[1:])
+            assert all(page.bandwidth_fraction(1 << 20, n * a * gbps * 1e9) < 0.5 for a in page.ALPHA_RANGE)
         if name.startswith("InfiniBand"):
             assert etas[page.ALPHA_RANGE.index(page.ALPHA_ASSUMED)] >= 0.9
 
