@@ -56,7 +56,18 @@ def _selected(rel: str) -> bool:
 
 # ------------------------------------------------------------------ config / nav
 
+def _quiet_build_log() -> None:
+    """A clean build prints nothing but mkdocs' own lines. Figures keep their text as SVG text
+    (svg.fonttype none) that the reader's browser draws with its own Korean fonts, so matplotlib's
+    complaints about a font family or glyph missing on the build machine are not the reader's concern."""
+    import warnings
+
+    logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from font", category=UserWarning)
+
+
 def on_config(config, **kwargs):
+    _quiet_build_log()
     docs = Path(config["docs_dir"])
     here = lambda rel: (docs / rel).exists() and _selected(rel)  # noqa: E731
     if BOOK_ONLY:
@@ -101,8 +112,15 @@ def _execute_lab(src: Path, out: Path, box: dict) -> None:
 
     name = src.relative_to(ROOT).as_posix() if src.is_relative_to(ROOT) else str(src)
     try:
+        from traitlets.config import Config
+
         nb = jupytext.read(src)
-        NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=False,
+        # IPC sockets in a private temporary folder instead of TCP on localhost: nothing listens on a
+        # port, and ipykernel prints no "running over TCP without encryption" warning in the build log
+        cfg = Config()
+        cfg.KernelManager.transport = "ipc"
+        cfg.KernelManager.ip = str(out.parent / f"{out.stem}.kernel")
+        NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=False, config=cfg,
                        resources={"metadata": {"path": str(src.parent)}}).execute()
         nbformat.write(nb, out)
     except CellExecutionError as exc:
@@ -259,7 +277,8 @@ def _chapter_map() -> str:
         out.append(f"{len(ch.docs)}개 문서 중 {n_written}개 집필됨.\n")
         for d in ch.docs:
             label = f"{d.number:02d}. {d.title}"
-            out.append(f"- [{label}]({d.path})" if d.written else f"- {label}")
+            # "01\\." : a bullet's text "01. Title" would otherwise start a nested ordered list
+            out.append(f"- [{label}]({d.path})" if d.written else f"- {d.number:02d}\\. {d.title}")
         if (book.DOCS / ch.lab_path).exists():
             out.append(f"- [Chapter {ch.number} 실습 노트북]({ch.lab_path})")
         out.append("")
