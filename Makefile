@@ -40,13 +40,16 @@ build: setup
 
 # One build, then serve: mkdocs serve builds the site itself (not strict, so that a typo while writing
 # shows in the log instead of stopping the server). Cell outputs come from the build cache (.cache/book/).
+# --dirty: after an edit only the pages that changed are rebuilt, and a page whose cells read an edited
+# snippet or results file counts as changed (scripts/hooks.py); the search index then covers those pages.
 SERVE_ADDR ?= 127.0.0.1:8000
 serve: setup
 	@echo "building once, then serving at http://$(SERVE_ADDR)/ (Ctrl-C stops)"
-	$(BIN)/mkdocs serve -a $(SERVE_ADDR) -w snippets -w gpu_runs/results -w scripts
+	$(BIN)/mkdocs serve --dirty --no-strict -a $(SERVE_ADDR) -w snippets -w gpu_runs/results -w scripts
 
+# the suite's site build is cold (BOOK_CACHE=0): its time budget is for every cell and lab executed
 test: setup browser-deps
-	$(BIN)/python -m pytest
+	BOOK_CACHE=0 $(BIN)/python -m pytest
 
 # everything but the whole-site build and the browser (seconds instead of minutes)
 test-fast: setup
@@ -59,6 +62,12 @@ runs: setup
 # regenerate the GPU results (on a CUDA machine; see scripts/runs.py)
 gpu-runs: setup
 	$(BIN)/python scripts/runs.py --gpu
+
+# the author-loop and build figures (build/build-time.txt) and the page weight over the wire (gzip)
+bench: setup browser-deps
+	$(BIN)/python scripts/bench_build.py
+	BOOK_CACHE=0 $(BIN)/mkdocs build --strict -q -d build/site
+	$(BIN)/python scripts/page_weight.py build/site
 
 lock: setup
 	{ sed -n '1,4p' requirements.lock; $(BIN)/pip freeze --exclude-editable | grep -v '^torch==\|^deepspeed==\|^-e '; } > requirements.lock.new

@@ -24,6 +24,27 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+
+def _load_cache_module():
+    """scripts/book_cache.py, loaded once per process (it wraps markdown-exec and holds the audit hook)."""
+    import importlib.util
+
+    name = "book_cache"
+    mod = sys.modules.get(name)
+    if mod is None or Path(mod.__file__).resolve() != ROOT / "scripts" / "book_cache.py":
+        spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "book_cache.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return mod
+
+
+bc = _load_cache_module()
+# `mkdocs serve` reloads this file on every rebuild but keeps the process: forget this repository's
+# modules, so that the nav, the results checks and the cells use the code as it is now on disk
+bc.forget_repo_modules()
+_CACHE: dict = {"root": None}  # the cache folder of this build, None when BOOK_CACHE=0
+
 import yaml  # noqa: E402
 from mkdocs.exceptions import PluginError  # noqa: E402
 from mkdocs.structure.files import File  # noqa: E402
@@ -64,10 +85,46 @@ def _quiet_build_log() -> None:
 
     logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from font", category=UserWarning)
+    # mkdocs-jupyter announces every lab it converts (the lab page itself says it was executed)
+    _drop_log_lines("mkdocs.mkdocs-jupyter", "Converting notebook")
+    # make serve runs `mkdocs serve --dirty` on purpose: its warning would fail every strict rebuild
+    _drop_log_lines("mkdocs.commands.build", "A 'dirty' build is being performed")
+
+
+def _drop_log_lines(logger: str, starts: str) -> None:
+    lg = logging.getLogger(logger)
+    if not any(getattr(f, "_book_drop", None) == starts for f in lg.filters):
+        flt = logging.Filter()
+        flt.filter = lambda record: not record.getMessage().startswith(starts)
+        flt._book_drop = starts
+        lg.addFilter(flt)
+
+
+def _cells_out_of_search(config) -> None:
+    """Wrap every executed cell (its code and what it printed) in a <div data-search-exclude>: the
+    search index, which a reader downloads on the first visit, keeps the prose, not tables of numbers,
+    figures and code. markdown-exec registered its fences in its own on_config, which runs before this."""
+    from markupsafe import Markup
+
+    fences = config["mdx_configs"].get("pymdownx.superfences", {}).get("custom_fences", [])
+    for fence in fences:
+        fmt = fence.get("format")
+        if fence.get("name") == "python" and fmt is not None and not getattr(fmt, "_book_wrapped", False):
+            def wrapped(*args, _fmt=fmt, **kw):
+                html_ = _fmt(*args, **kw)
+                return Markup(f'<div class="exec-cell" data-search-exclude>{html_}</div>') if html_ else html_
+
+            wrapped._book_wrapped = True
+            fence["format"] = wrapped
 
 
 def on_config(config, **kwargs):
     _quiet_build_log()
+    _cells_out_of_search(config)
+    _CACHE["root"] = bc.cache_dir(config.config_file_path) if bc.enabled() else None
+    if _CACHE["root"] is not None:
+        bc.install()
+    bc.reset_counts()
     docs = Path(config["docs_dir"])
     here = lambda rel: (docs / rel).exists() and _selected(rel)  # noqa: E731
     if BOOK_ONLY:
@@ -111,6 +168,8 @@ def _execute_lab(src: Path, out: Path, box: dict) -> None:
     from nbclient.exceptions import CellExecutionError
 
     name = src.relative_to(ROOT).as_posix() if src.is_relative_to(ROOT) else str(src)
+    if box.get("hit"):
+        return
     try:
         from traitlets.config import Config
 
@@ -123,6 +182,8 @@ def _execute_lab(src: Path, out: Path, box: dict) -> None:
         NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=False, config=cfg,
                        resources={"metadata": {"path": str(src.parent)}}).execute()
         nbformat.write(nb, out)
+        if box.get("entry"):
+            bc.lab_store(box["entry"], box["key"], src, out)
     except CellExecutionError as exc:
         box["error"] = f"{name}: a cell failed: {str(exc)[-1500:]}"
     except Exception as exc:  # noqa: BLE001 - reported as a build error with the lab's path
@@ -141,6 +202,8 @@ def _start_labs(config) -> None:
         if not _selected(rel):
             continue
         box = {"out": tmp / rel.replace("/", "__").replace(".py", ".ipynb")}
+        if _CACHE["root"] is not None:  # an executed notebook under an unchanged key is reused as it is
+            box["key"], box["entry"], box["hit"] = bc.lab_lookup(_CACHE["root"], lab, box["out"])
         box["thread"] = threading.Thread(target=_execute_lab, args=(lab, box["out"], box), daemon=True)
         box["thread"].start()
         _LABS[rel] = box
@@ -171,7 +234,29 @@ def on_pre_build(config, **kwargs):
     _references()  # fail early on a malformed references.yml
 
 
+def on_startup(command, dirty, **kwargs):
+    bc.STATE.dirty = dirty  # kept in book_cache: mkdocs serve reloads this file on every rebuild
+
+
+def _mark_dirty_pages(files, config) -> None:
+    """`mkdocs serve --dirty` (make serve) rebuilds only pages whose file is newer than its HTML. A page
+    also counts as changed when its cells would run again (a snippet, results file or version changed),
+    a lab when its notebook was executed again; the generated pages always are (they read every page)."""
+    generated = {"index.md", "theorems.md", "references.md", "notation.md"}
+    for f in files.documentation_pages():
+        changed = f.src_uri in generated
+        if not changed and f.src_uri.endswith("lab.py"):
+            box = _LABS.get(f.src_uri)
+            changed = box is not None and not box.get("hit")
+        elif not changed and f.src_uri.endswith(".md"):
+            changed = bc.cells_would_run(_CACHE["root"], f.abs_src_path, Path(f.abs_src_path).read_text(encoding="utf-8"))
+        if changed:
+            f.is_modified = lambda: True
+
+
 def on_files(files, config, **kwargs):
+    if bc.STATE.dirty:
+        _mark_dirty_pages(files, config)
     wanted = ["katex.min.css", *(f"fonts/{p.name}" for p in sorted((KATEX / "fonts").glob("*.woff2")))]
     if MATH_RENDER == "browser":
         wanted += ["katex.min.js", "contrib/auto-render.min.js"]
@@ -332,7 +417,10 @@ def on_page_markdown(markdown, page, config, files, **kwargs):
     for marker, fn in GENERATED.items():
         if marker in markdown:
             markdown = markdown.replace(marker, fn())
-    return _cite(_isolate_display_math(markdown), page)
+    markdown = _cite(_isolate_display_math(markdown), page)
+    if _CACHE["root"] is not None:  # the page's cells run, or replay their cached output (book_cache.py)
+        bc.begin_page(_CACHE["root"], page.file.abs_src_path, page.file.src_uri, markdown)
+    return markdown
 
 
 # ------------------------------------------------------------------ math at build time
@@ -486,6 +574,7 @@ def on_page_content(html_, page, config, files, **kwargs):
     import time
 
     _PAGE_SECONDS[page.file.src_uri] = time.perf_counter() - _PAGE_T0.get(page.file.src_uri, time.perf_counter())
+    bc.end_page()
     return html_
 
 
@@ -493,12 +582,26 @@ def on_post_build(config, **kwargs):
     """Search shows plain text: drop TeX delimiters from the search index (math stays readable).
     With BOOK_TIMING=1, print the seconds each page took to render (cells, notebooks, math)."""
     _close_katex()
+    if _CACHE["root"] is not None:
+        log.info(bc.summary())
     if os.environ.get("BOOK_TIMING"):
         for uri, sec in sorted(_PAGE_SECONDS.items(), key=lambda kv: -kv[1]):
             log.info("page time %6.2f s  %s", sec, uri)
     index = Path(config["site_dir"]) / "search" / "search_index.json"
     if index.exists():
-        text = index.read_text(encoding="utf-8")
-        for d in ("\\\\(", "\\\\)", "\\\\[", "\\\\]"):
-            text = text.replace(d, "")
-        index.write_text(text, encoding="utf-8")
+        _slim_search_index(index)
+
+
+PRE = re.compile(r"<pre>.*?</pre>", re.S)
+TEX_DELIMS = re.compile(r"\\[()\[\]]")
+
+
+def _slim_search_index(index: Path) -> None:
+    """The search index is fetched on a reader's first visit: keep prose, headings, tables and math
+    (without TeX delimiters, so it reads as text), and leave out code blocks (the code is in the
+    repository; a reader searches for ideas). Written as UTF-8, not as \\uXXXX escapes."""
+    data = json.loads(index.read_text(encoding="utf-8"))
+    for doc in data.get("docs", []):
+        doc["text"] = TEX_DELIMS.sub("", PRE.sub("", doc.get("text", "")))
+        doc["title"] = TEX_DELIMS.sub("", doc.get("title", ""))
+    index.write_text(json.dumps(data, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
