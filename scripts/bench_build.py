@@ -111,6 +111,10 @@ def serve_figures(repo: Path) -> dict:
             time.sleep(0.05)
         out["serve_page_edit"] = time.perf_counter() - t0
         time.sleep(1.5)
+        import json
+
+        index = json.loads(_fetch(f"http://127.0.0.1:{port}/search/search_index.json") or "{}")
+        out["serve_index_pages"] = len({d["location"].split("#")[0] for d in index.get("docs", [])})
 
         # one snippet edited: the rebuild that re-executes its page(s) must finish
         n_built = text().count("Documentation built in")
@@ -171,7 +175,8 @@ def main(argv=None) -> None:
     if serve:
         lines += [
             f"serve --dirty, first build until serving: {serve['serve_first']:.2f} s",
-            f"serve, one page edited → fresh in the browser: {serve['serve_page_edit']:.2f} s",
+            f"serve, one page edited → fresh in the browser: {serve['serve_page_edit']:.2f} s "
+            f"(search index after that rebuild still covers {serve['serve_index_pages']} pages)",
             f"serve, one snippet edited → rebuild done: {serve['serve_snippet_edit']:.2f} s, pages re-executed: "
             f"{serve['serve_snippet_pages']}, of which that page's render (cells + Markdown): "
             f"{serve['serve_snippet_page_render']:.2f} s",

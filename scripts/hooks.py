@@ -225,6 +225,7 @@ def on_pre_build(config, **kwargs):
     from snippets.results import ResultsError, validate_all
 
     _LABS.clear()
+    _keep_previous_index(config)
     _start_labs(config)
 
     try:
@@ -510,12 +511,35 @@ def _lab_downloads(output: str, page, config) -> str:
     return output.replace('<div class="jupyter-wrapper">', box + '<div class="jupyter-wrapper">', 1)
 
 
+NB_STYLE = re.compile(r'<style type="text/css">\s*(@charset "UTF-8";\.jupyter-wrapper\{.*?)</style>', re.S)
+
+
+def _shared_notebook_css(output: str, page, config) -> str:
+    """mkdocs-jupyter inlines JupyterLab's stylesheet (about 0.6 MB) into every lab page: write it once
+    as assets/notebook/<sha>.css and link it, so that the browser caches it across labs."""
+    import hashlib
+    import posixpath
+
+    m = NB_STYLE.search(output)
+    if not m:
+        return output
+    css = m.group(1)
+    name = f"assets/notebook/{hashlib.sha256(css.encode('utf-8')).hexdigest()[:12]}.css"
+    dest = Path(config["site_dir"]) / name
+    if not dest.exists():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(css, encoding="utf-8")
+    href = posixpath.relpath(name, posixpath.dirname(page.file.dest_uri) or ".")
+    return output[:m.start()] + f'<link rel="stylesheet" href="{href}">' + output[m.end():]
+
+
 def on_post_page(output, page, config, **kwargs):
     """Replace every arithmatex span (and TeX left in TOC entries) with KaTeX HTML."""
     import time
 
     if page.file.src_uri.endswith("lab.py"):
         output = _lab_downloads(output, page, config)
+        output = _shared_notebook_css(output, page, config)
 
     t0 = time.perf_counter()
     try:
@@ -575,7 +599,8 @@ def on_page_content(html_, page, config, files, **kwargs):
 
     _PAGE_SECONDS[page.file.src_uri] = time.perf_counter() - _PAGE_T0.get(page.file.src_uri, time.perf_counter())
     bc.end_page()
-    return html_
+    # collapsed blocks (exercise solutions, folded plumbing) stay out of the search index
+    return html_.replace("<details class=", "<details data-search-exclude class=")
 
 
 def on_post_build(config, **kwargs):
@@ -592,16 +617,36 @@ def on_post_build(config, **kwargs):
         _slim_search_index(index)
 
 
+_PREVIOUS_INDEX: list = []
+
+
+def _keep_previous_index(config) -> None:
+    """serve --dirty: the search plugin indexes only the pages it rebuilt; remember the last index so
+    that the pages not rebuilt stay searchable."""
+    _PREVIOUS_INDEX.clear()
+    index = Path(config["site_dir"]) / "search" / "search_index.json"
+    if bc.STATE.dirty and index.exists():
+        try:
+            _PREVIOUS_INDEX.extend(json.loads(index.read_text(encoding="utf-8")).get("docs", []))
+        except (OSError, ValueError):
+            pass
+
+
 PRE = re.compile(r"<pre>.*?</pre>", re.S)
 TEX_DELIMS = re.compile(r"\\[()\[\]]")
+DISPLAY_TEX = re.compile(r"\\\[.*?\\\]", re.S)
 
 
 def _slim_search_index(index: Path) -> None:
-    """The search index is fetched on a reader's first visit: keep prose, headings, tables and math
-    (without TeX delimiters, so it reads as text), and leave out code blocks (the code is in the
-    repository; a reader searches for ideas). Written as UTF-8, not as \\uXXXX escapes."""
+    """The search index is fetched on a reader's first visit: keep the prose, headings and inline math
+    (without TeX delimiters, so it reads as text); leave out code blocks, display equations, executed
+    cells and the collapsed exercise solutions (see on_page_content), which a reader does not search
+    by their words. Written as UTF-8, not as \\uXXXX escapes."""
     data = json.loads(index.read_text(encoding="utf-8"))
+    if _PREVIOUS_INDEX:
+        rebuilt = {d["location"].split("#")[0] for d in data.get("docs", [])}
+        data["docs"] = data.get("docs", []) + [d for d in _PREVIOUS_INDEX if d["location"].split("#")[0] not in rebuilt]
     for doc in data.get("docs", []):
-        doc["text"] = TEX_DELIMS.sub("", PRE.sub("", doc.get("text", "")))
+        doc["text"] = TEX_DELIMS.sub("", DISPLAY_TEX.sub("", PRE.sub("", doc.get("text", ""))))
         doc["title"] = TEX_DELIMS.sub("", doc.get("title", ""))
     index.write_text(json.dumps(data, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
