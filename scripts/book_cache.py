@@ -18,6 +18,12 @@ Entries live in `.cache/book/` beside mkdocs.yml (BOOK_CACHE_DIR overrides), one
 lab, written atomically. An entry that cannot be read is discarded and recomputed, with a log line
 naming it. BOOK_CACHE=0 turns the cache off (nothing read, nothing written); CI builds from a clean
 clone, where there is no cache. With `mkdocs build --verbose` every page says whether its cells ran.
+
+A page's cells re-import this repository's modules (forget_repo_modules), so the audit hook also sees
+every module they import at run time (from source or from __pycache__, recorded as the source file),
+including one imported by name with importlib, and every file a module reads when it is imported.
+Limit: a lab's key sees its imports and (when it reads results) every results file, not other files
+the notebook reads.
 """
 from __future__ import annotations
 
@@ -313,7 +319,12 @@ def _audit(event: str, args: tuple) -> None:
     root = str(ROOT)
     if not p.startswith(root + os.sep):
         return
-    if _SKIP_PARTS.intersection(Path(p).relative_to(ROOT).parts):
+    parts = Path(p).relative_to(ROOT).parts
+    if event == "open" and len(parts) > 2 and parts[-2] == "__pycache__" and p.endswith(".pyc"):
+        # a module imported from its bytecode: the dependency is its source file
+        p = os.path.join(os.path.dirname(os.path.dirname(p)), os.path.basename(p).split(".")[0] + ".py")
+        parts = Path(p).relative_to(ROOT).parts
+    if _SKIP_PARTS.intersection(parts):
         return
     (run.files if event == "open" else run.dirs).add(p)
 

@@ -252,3 +252,32 @@ def test_site_url_comes_from_the_environment(tmp_path):
     assert '<link rel="canonical" href="https://book.example.org/deep-dive/">' in html
     assert "<loc>https://book.example.org/deep-dive/</loc>" in (tmp_path / "site" / "sitemap.xml").read_text()
     assert 'href="/deep-dive/assets/stylesheets/' in (tmp_path / "site" / "404.html").read_text(encoding="utf-8")
+
+
+def test_search_index_keeps_prose_and_leaves_out_code_cells_and_solutions(built_site):
+    """The index is downloaded on a reader's first visit (scripts/page_weight.py): prose only."""
+    site, _, _ = built_site
+    raw = (site / "search" / "search_index.json").read_text(encoding="utf-8")
+    docs = json.loads(raw)["docs"]
+    text = "\n".join(d["text"] for d in docs)
+    assert "<pre>" not in text and "\\(" not in text and "\\[" not in text
+    assert "\\u" not in raw[:5000]  # UTF-8, not \uXXXX escapes
+    ring = [d for d in docs if d["location"].startswith("ch1-collective/03-ring-allreduce/")]
+    assert any("대역폭" in d["text"] or "대역폭" in d["title"] for d in ring)
+    # what a cell printed is not indexed: a provenance box, a solution's collapsed text
+    assert "provenance-table" not in text and "출처 (provenance)" not in text
+
+
+def test_lab_pages_link_one_shared_notebook_stylesheet(built_site):
+    site, _, _ = built_site
+    sheets = set()
+    for ch in book.CHAPTERS:
+        page = site / ch.folder / "lab" / "index.html"
+        if not page.exists():
+            continue
+        html = page.read_text(encoding="utf-8")
+        assert '@charset "UTF-8";.jupyter-wrapper' not in html
+        found = re.findall(r'<link rel="stylesheet" href="\.\./\.\./(assets/notebook/[0-9a-f]{12}\.css)">', html)
+        assert len(found) == 1 and (site / found[0]).stat().st_size > 100_000
+        sheets.add(found[0])
+    assert len(sheets) == 1
