@@ -142,7 +142,6 @@ def test_page_edit_reruns_only_that_page_and_prose_edits_reuse_its_cells(repo):
 
 
 def test_unreadable_entry_is_discarded_named_and_recomputed(repo):
-    repo.build()
     entry = next(p for p in repo.entries() if "03-ring-allreduce" in p.name)
     entry.write_text('{"format": 1, "key": "tru', encoding="utf-8")
     proc = repo.build()
@@ -168,7 +167,6 @@ def test_a_failing_cell_fails_every_build_and_is_never_cached(repo):
 
 
 def test_a_stale_result_fails_the_strict_build_even_when_cached(repo):
-    repo.build()
     script = repo.path / "gpu_runs" / "collectives_bench.py"
     original = script.read_text(encoding="utf-8")
     script.write_text(original + "\n# changed after the run\n", encoding="utf-8")
