@@ -1,5 +1,6 @@
 # 분산 학습 Deep Dive — build, serve, test, refresh results.
-#   make serve   create .venv, install everything, build, serve on http://127.0.0.1:8000
+#   make serve   create .venv, install everything, build once and serve on http://127.0.0.1:8000/ (rebuilds on
+#                any change under docs/, snippets/, gpu_runs/results/, scripts/ or in mkdocs.yml)
 #   make test    same set-up, then the whole test suite (build, distributed runs, browser)
 PY ?= python3
 VENV := .venv
@@ -11,7 +12,7 @@ DEEPSPEED_SPEC ?= deepspeed==0.19.8
 export NO_MKDOCS_2_WARNING := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup serve build test test-fast runs lock browser-deps clean
+.PHONY: setup serve build test test-fast runs gpu-runs lock browser-deps clean bench
 
 $(STAMP): requirements.lock pyproject.toml package.json package-lock.json
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -37,11 +38,18 @@ browser-deps:
 build: setup
 	$(BIN)/mkdocs build --strict
 
-serve: build
-	$(BIN)/mkdocs serve -a 127.0.0.1:8000
+# One build, then serve: mkdocs serve builds the site itself (not strict, so that a typo while writing
+# shows in the log instead of stopping the server). Cell outputs come from the build cache (.cache/book/).
+# --dirty: after an edit only the pages that changed are rebuilt, and a page whose cells read an edited
+# snippet or results file counts as changed (scripts/hooks.py); the search index then covers those pages.
+SERVE_ADDR ?= 127.0.0.1:8000
+serve: setup
+	@echo "building once, then serving at http://$(SERVE_ADDR)/ (Ctrl-C stops)"
+	$(BIN)/mkdocs serve --dirty --no-strict -a $(SERVE_ADDR) -w snippets -w gpu_runs/results -w scripts
 
+# the suite's site build is cold (BOOK_CACHE=0): its time budget is for every cell and lab executed
 test: setup browser-deps
-	$(BIN)/python -m pytest
+	BOOK_CACHE=0 $(BIN)/python -m pytest
 
 # everything but the whole-site build and the browser (seconds instead of minutes)
 test-fast: setup
@@ -50,6 +58,16 @@ test-fast: setup
 # regenerate every committed CPU result with torchrun on this machine
 runs: setup
 	$(BIN)/python scripts/runs.py
+
+# regenerate the GPU results (on a CUDA machine; see scripts/runs.py)
+gpu-runs: setup
+	$(BIN)/python scripts/runs.py --gpu
+
+# the author-loop and build figures (build/build-time.txt) and the page weight over the wire (gzip)
+bench: setup browser-deps
+	$(BIN)/python scripts/bench_build.py
+	BOOK_CACHE=0 $(BIN)/mkdocs build --strict -q -d build/site
+	$(BIN)/python scripts/page_weight.py build/site
 
 lock: setup
 	{ sed -n '1,4p' requirements.lock; $(BIN)/pip freeze --exclude-editable | grep -v '^torch==\|^deepspeed==\|^-e '; } > requirements.lock.new

@@ -24,6 +24,27 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+
+def _load_cache_module():
+    """scripts/book_cache.py, loaded once per process (it wraps markdown-exec and holds the audit hook)."""
+    import importlib.util
+
+    name = "book_cache"
+    mod = sys.modules.get(name)
+    if mod is None or Path(mod.__file__).resolve() != ROOT / "scripts" / "book_cache.py":
+        spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "book_cache.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return mod
+
+
+bc = _load_cache_module()
+# `mkdocs serve` reloads this file on every rebuild but keeps the process: forget this repository's
+# modules, so that the nav, the results checks and the cells use the code as it is now on disk
+bc.forget_repo_modules()
+_CACHE: dict = {"root": None}  # the cache folder of this build, None when BOOK_CACHE=0
+
 import yaml  # noqa: E402
 from mkdocs.exceptions import PluginError  # noqa: E402
 from mkdocs.structure.files import File  # noqa: E402
@@ -56,7 +77,54 @@ def _selected(rel: str) -> bool:
 
 # ------------------------------------------------------------------ config / nav
 
+def _quiet_build_log() -> None:
+    """A clean build prints nothing but mkdocs' own lines. Figures keep their text as SVG text
+    (svg.fonttype none) that the reader's browser draws with its own Korean fonts, so matplotlib's
+    complaints about a font family or glyph missing on the build machine are not the reader's concern."""
+    import warnings
+
+    logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from font", category=UserWarning)
+    # mkdocs-jupyter announces every lab it converts (the lab page itself says it was executed)
+    _drop_log_lines("mkdocs.mkdocs-jupyter", "Converting notebook")
+    # make serve runs `mkdocs serve --dirty` on purpose: its warning would fail every strict rebuild
+    _drop_log_lines("mkdocs.commands.build", "A 'dirty' build is being performed")
+
+
+def _drop_log_lines(logger: str, starts: str) -> None:
+    lg = logging.getLogger(logger)
+    if not any(getattr(f, "_book_drop", None) == starts for f in lg.filters):
+        flt = logging.Filter()
+        flt.filter = lambda record: not record.getMessage().startswith(starts)
+        flt._book_drop = starts
+        lg.addFilter(flt)
+
+
+def _cells_out_of_search(config) -> None:
+    """Wrap every executed cell (its code and what it printed) in a <div data-search-exclude>: the
+    search index, which a reader downloads on the first visit, keeps the prose, not tables of numbers,
+    figures and code. markdown-exec registered its fences in its own on_config, which runs before this."""
+    from markupsafe import Markup
+
+    fences = config["mdx_configs"].get("pymdownx.superfences", {}).get("custom_fences", [])
+    for fence in fences:
+        fmt = fence.get("format")
+        if fence.get("name") == "python" and fmt is not None and not getattr(fmt, "_book_wrapped", False):
+            def wrapped(*args, _fmt=fmt, **kw):
+                html_ = _fmt(*args, **kw)
+                return Markup(f'<div class="exec-cell" data-search-exclude>{html_}</div>') if html_ else html_
+
+            wrapped._book_wrapped = True
+            fence["format"] = wrapped
+
+
 def on_config(config, **kwargs):
+    _quiet_build_log()
+    _cells_out_of_search(config)
+    _CACHE["root"] = bc.cache_dir(config.config_file_path) if bc.enabled() else None
+    if _CACHE["root"] is not None:
+        bc.install()
+    bc.reset_counts()
     docs = Path(config["docs_dir"])
     here = lambda rel: (docs / rel).exists() and _selected(rel)  # noqa: E731
     if BOOK_ONLY:
@@ -100,11 +168,22 @@ def _execute_lab(src: Path, out: Path, box: dict) -> None:
     from nbclient.exceptions import CellExecutionError
 
     name = src.relative_to(ROOT).as_posix() if src.is_relative_to(ROOT) else str(src)
+    if box.get("hit"):
+        return
     try:
+        from traitlets.config import Config
+
         nb = jupytext.read(src)
-        NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=False,
+        # IPC sockets in a private temporary folder instead of TCP on localhost: nothing listens on a
+        # port, and ipykernel prints no "running over TCP without encryption" warning in the build log
+        cfg = Config()
+        cfg.KernelManager.transport = "ipc"
+        cfg.KernelManager.ip = str(out.parent / f"{out.stem}.kernel")
+        NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=False, config=cfg,
                        resources={"metadata": {"path": str(src.parent)}}).execute()
         nbformat.write(nb, out)
+        if box.get("entry"):
+            bc.lab_store(box["entry"], box["key"], src, out)
     except CellExecutionError as exc:
         box["error"] = f"{name}: a cell failed: {str(exc)[-1500:]}"
     except Exception as exc:  # noqa: BLE001 - reported as a build error with the lab's path
@@ -123,6 +202,8 @@ def _start_labs(config) -> None:
         if not _selected(rel):
             continue
         box = {"out": tmp / rel.replace("/", "__").replace(".py", ".ipynb")}
+        if _CACHE["root"] is not None:  # an executed notebook under an unchanged key is reused as it is
+            box["key"], box["entry"], box["hit"] = bc.lab_lookup(_CACHE["root"], lab, box["out"])
         box["thread"] = threading.Thread(target=_execute_lab, args=(lab, box["out"], box), daemon=True)
         box["thread"].start()
         _LABS[rel] = box
@@ -144,6 +225,7 @@ def on_pre_build(config, **kwargs):
     from snippets.results import ResultsError, validate_all
 
     _LABS.clear()
+    _keep_previous_index(config)
     _start_labs(config)
 
     try:
@@ -153,7 +235,29 @@ def on_pre_build(config, **kwargs):
     _references()  # fail early on a malformed references.yml
 
 
+def on_startup(command, dirty, **kwargs):
+    bc.STATE.dirty = dirty  # kept in book_cache: mkdocs serve reloads this file on every rebuild
+
+
+def _mark_dirty_pages(files, config) -> None:
+    """`mkdocs serve --dirty` (make serve) rebuilds only pages whose file is newer than its HTML. A page
+    also counts as changed when its cells would run again (a snippet, results file or version changed),
+    a lab when its notebook was executed again; the generated pages always are (they read every page)."""
+    generated = {"index.md", "theorems.md", "references.md", "notation.md"}
+    for f in files.documentation_pages():
+        changed = f.src_uri in generated
+        if not changed and f.src_uri.endswith("lab.py"):
+            box = _LABS.get(f.src_uri)
+            changed = box is not None and not box.get("hit")
+        elif not changed and f.src_uri.endswith(".md"):
+            changed = bc.cells_would_run(_CACHE["root"], f.abs_src_path, Path(f.abs_src_path).read_text(encoding="utf-8"))
+        if changed:
+            f.is_modified = lambda: True
+
+
 def on_files(files, config, **kwargs):
+    if bc.STATE.dirty:
+        _mark_dirty_pages(files, config)
     wanted = ["katex.min.css", *(f"fonts/{p.name}" for p in sorted((KATEX / "fonts").glob("*.woff2")))]
     if MATH_RENDER == "browser":
         wanted += ["katex.min.js", "contrib/auto-render.min.js"]
@@ -259,7 +363,8 @@ def _chapter_map() -> str:
         out.append(f"{len(ch.docs)}개 문서 중 {n_written}개 집필됨.\n")
         for d in ch.docs:
             label = f"{d.number:02d}. {d.title}"
-            out.append(f"- [{label}]({d.path})" if d.written else f"- {label}")
+            # "01\\." : a bullet's text "01. Title" would otherwise start a nested ordered list
+            out.append(f"- [{label}]({d.path})" if d.written else f"- {d.number:02d}\\. {d.title}")
         if (book.DOCS / ch.lab_path).exists():
             out.append(f"- [Chapter {ch.number} 실습 노트북]({ch.lab_path})")
         out.append("")
@@ -313,7 +418,10 @@ def on_page_markdown(markdown, page, config, files, **kwargs):
     for marker, fn in GENERATED.items():
         if marker in markdown:
             markdown = markdown.replace(marker, fn())
-    return _cite(_isolate_display_math(markdown), page)
+    markdown = _cite(_isolate_display_math(markdown), page)
+    if _CACHE["root"] is not None:  # the page's cells run, or replay their cached output (book_cache.py)
+        bc.begin_page(_CACHE["root"], page.file.abs_src_path, page.file.src_uri, markdown)
+    return markdown
 
 
 # ------------------------------------------------------------------ math at build time
@@ -403,12 +511,35 @@ def _lab_downloads(output: str, page, config) -> str:
     return output.replace('<div class="jupyter-wrapper">', box + '<div class="jupyter-wrapper">', 1)
 
 
+NB_STYLE = re.compile(r'<style type="text/css">\s*(@charset "UTF-8";\.jupyter-wrapper\{.*?)</style>', re.S)
+
+
+def _shared_notebook_css(output: str, page, config) -> str:
+    """mkdocs-jupyter inlines JupyterLab's stylesheet (about 0.6 MB) into every lab page: write it once
+    as assets/notebook/<sha>.css and link it, so that the browser caches it across labs."""
+    import hashlib
+    import posixpath
+
+    m = NB_STYLE.search(output)
+    if not m:
+        return output
+    css = m.group(1)
+    name = f"assets/notebook/{hashlib.sha256(css.encode('utf-8')).hexdigest()[:12]}.css"
+    dest = Path(config["site_dir"]) / name
+    if not dest.exists():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(css, encoding="utf-8")
+    href = posixpath.relpath(name, posixpath.dirname(page.file.dest_uri) or ".")
+    return output[:m.start()] + f'<link rel="stylesheet" href="{href}">' + output[m.end():]
+
+
 def on_post_page(output, page, config, **kwargs):
     """Replace every arithmatex span (and TeX left in TOC entries) with KaTeX HTML."""
     import time
 
     if page.file.src_uri.endswith("lab.py"):
         output = _lab_downloads(output, page, config)
+        output = _shared_notebook_css(output, page, config)
 
     t0 = time.perf_counter()
     try:
@@ -467,19 +598,55 @@ def on_page_content(html_, page, config, files, **kwargs):
     import time
 
     _PAGE_SECONDS[page.file.src_uri] = time.perf_counter() - _PAGE_T0.get(page.file.src_uri, time.perf_counter())
-    return html_
+    bc.end_page()
+    # collapsed blocks (exercise solutions, folded plumbing) stay out of the search index
+    return html_.replace("<details class=", "<details data-search-exclude class=")
 
 
 def on_post_build(config, **kwargs):
     """Search shows plain text: drop TeX delimiters from the search index (math stays readable).
     With BOOK_TIMING=1, print the seconds each page took to render (cells, notebooks, math)."""
     _close_katex()
+    if _CACHE["root"] is not None:
+        log.info(bc.summary())
     if os.environ.get("BOOK_TIMING"):
         for uri, sec in sorted(_PAGE_SECONDS.items(), key=lambda kv: -kv[1]):
             log.info("page time %6.2f s  %s", sec, uri)
     index = Path(config["site_dir"]) / "search" / "search_index.json"
     if index.exists():
-        text = index.read_text(encoding="utf-8")
-        for d in ("\\\\(", "\\\\)", "\\\\[", "\\\\]"):
-            text = text.replace(d, "")
-        index.write_text(text, encoding="utf-8")
+        _slim_search_index(index)
+
+
+_PREVIOUS_INDEX: list = []
+
+
+def _keep_previous_index(config) -> None:
+    """serve --dirty: the search plugin indexes only the pages it rebuilt; remember the last index so
+    that the pages not rebuilt stay searchable."""
+    _PREVIOUS_INDEX.clear()
+    index = Path(config["site_dir"]) / "search" / "search_index.json"
+    if bc.STATE.dirty and index.exists():
+        try:
+            _PREVIOUS_INDEX.extend(json.loads(index.read_text(encoding="utf-8")).get("docs", []))
+        except (OSError, ValueError):
+            pass
+
+
+PRE = re.compile(r"<pre>.*?</pre>", re.S)
+TEX_DELIMS = re.compile(r"\\[()\[\]]")
+DISPLAY_TEX = re.compile(r"\\\[.*?\\\]", re.S)
+
+
+def _slim_search_index(index: Path) -> None:
+    """The search index is fetched on a reader's first visit: keep the prose, headings and inline math
+    (without TeX delimiters, so it reads as text); leave out code blocks, display equations, executed
+    cells and the collapsed exercise solutions (see on_page_content), which a reader does not search
+    by their words. Written as UTF-8, not as \\uXXXX escapes."""
+    data = json.loads(index.read_text(encoding="utf-8"))
+    if _PREVIOUS_INDEX:
+        rebuilt = {d["location"].split("#")[0] for d in data.get("docs", [])}
+        data["docs"] = data.get("docs", []) + [d for d in _PREVIOUS_INDEX if d["location"].split("#")[0] not in rebuilt]
+    for doc in data.get("docs", []):
+        doc["text"] = TEX_DELIMS.sub("", DISPLAY_TEX.sub("", PRE.sub("", doc.get("text", ""))))
+        doc["title"] = TEX_DELIMS.sub("", doc.get("title", ""))
+    index.write_text(json.dumps(data, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")

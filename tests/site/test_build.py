@@ -81,6 +81,7 @@ def _mini_site(tmp_path: Path, page: str) -> Path:
     text = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     text = (text.replace("docs_dir: docs", f"docs_dir: {docs}")
                 .replace("site_dir: site", f"site_dir: {tmp_path / 'site'}")
+                .replace("custom_dir: docs/_overrides", f"custom_dir: {ROOT / 'docs/_overrides'}")
                 .replace("  - scripts/hooks.py", f"  - {ROOT / 'scripts/hooks.py'}"))
     out = tmp_path / "mkdocs.yml"
     out.write_text(text, encoding="utf-8")
@@ -198,3 +199,85 @@ def test_failing_lab_cell_fails_the_build(tmp_path):
     assert proc.returncode != 0
     assert "lab execution failed" in proc.stderr and "ch1-collective/lab.py" in proc.stderr
     assert "lab-kaput" in proc.stderr
+
+
+def test_landing_map_lists_unwritten_documents_as_plain_titles(built_site):
+    """'01. Title' inside a bullet must not become a nested ordered list ('a. Title' on screen)."""
+    site, _, _ = built_site
+    html = (site / "index.html").read_text(encoding="utf-8")
+    unwritten = [d for d in book.ALL_DOCS if not d.written]
+    for d in unwritten:
+        assert f"<li>{d.number:02d}. {html_escape(d.title)}" in html, d.path
+    assert not re.search(r"<li>\s*<ol", html)
+
+
+def html_escape(s: str) -> str:
+    import html as _html
+
+    return _html.escape(s, quote=False)
+
+
+def test_no_page_points_at_a_placeholder_host(built_site):
+    """Without SITE_URL there is no canonical link and the sitemap lists nothing (no fake host)."""
+    site, _, _ = built_site
+    import os
+
+    if os.environ.get("SITE_URL"):
+        pytest.skip("SITE_URL set: the site is built for a real host")
+    for path in [*site.glob("**/*.html"), site / "sitemap.xml"]:
+        text = path.read_text(encoding="utf-8")
+        assert "example.invalid" not in text and "example.com" not in text, path
+        assert 'rel="canonical"' not in text, path
+    assert "<loc>" not in (site / "sitemap.xml").read_text(encoding="utf-8")
+
+
+def test_404_page_is_korean_and_links_home(built_site):
+    site, _, _ = built_site
+    html = (site / "404.html").read_text(encoding="utf-8")
+    assert "페이지를 찾을 수 없습니다" in html and 'lang="ko"' in html
+    # served for any missing URL at any depth: assets and the home link are absolute
+    assert 'href="/assets/stylesheets/' in html and 'href="/"' in html
+
+
+def test_site_url_comes_from_the_environment(tmp_path):
+    import os
+
+    cfg = _mini_site(tmp_path, "# t\n\nhello\n")
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(cfg)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1",
+                               "SITE_URL": "https://book.example.org/deep-dive/"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    html = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    assert '<link rel="canonical" href="https://book.example.org/deep-dive/">' in html
+    assert "<loc>https://book.example.org/deep-dive/</loc>" in (tmp_path / "site" / "sitemap.xml").read_text()
+    assert 'href="/deep-dive/assets/stylesheets/' in (tmp_path / "site" / "404.html").read_text(encoding="utf-8")
+
+
+def test_search_index_keeps_prose_and_leaves_out_code_cells_and_solutions(built_site):
+    """The index is downloaded on a reader's first visit (scripts/page_weight.py): prose only."""
+    site, _, _ = built_site
+    raw = (site / "search" / "search_index.json").read_text(encoding="utf-8")
+    docs = json.loads(raw)["docs"]
+    text = "\n".join(d["text"] for d in docs)
+    assert "<pre>" not in text and "\\(" not in text and "\\[" not in text
+    assert "\\u" not in raw[:5000]  # UTF-8, not \uXXXX escapes
+    ring = [d for d in docs if d["location"].startswith("ch1-collective/03-ring-allreduce/")]
+    assert any("대역폭" in d["text"] or "대역폭" in d["title"] for d in ring)
+    # what a cell printed is not indexed: a provenance box, a solution's collapsed text
+    assert "provenance-table" not in text and "출처 (provenance)" not in text
+
+
+def test_lab_pages_link_one_shared_notebook_stylesheet(built_site):
+    site, _, _ = built_site
+    sheets = set()
+    for ch in book.CHAPTERS:
+        page = site / ch.folder / "lab" / "index.html"
+        if not page.exists():
+            continue
+        html = page.read_text(encoding="utf-8")
+        assert '@charset "UTF-8";.jupyter-wrapper' not in html
+        found = re.findall(r'<link rel="stylesheet" href="\.\./\.\./(assets/notebook/[0-9a-f]{12}\.css)">', html)
+        assert len(found) == 1 and (site / found[0]).stat().st_size > 100_000
+        sheets.add(found[0])
+    assert len(sheets) == 1
