@@ -59,10 +59,6 @@ test-fast: setup
 runs: setup
 	$(BIN)/python scripts/runs.py
 
-# regenerate the GPU results (on a CUDA machine; see scripts/runs.py)
-gpu-runs: setup
-	$(BIN)/python scripts/runs.py --gpu
-
 # the author-loop and build figures (build/build-time.txt) and the page weight over the wire (gzip)
 bench: setup browser-deps
 	$(BIN)/python scripts/bench_build.py
