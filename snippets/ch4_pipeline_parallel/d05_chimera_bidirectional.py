@@ -114,15 +114,17 @@ def measured_gantt(run) -> str:
 
 
 # --8<-- [start:chimera]
-def chimera_rows(grid=((2, 2), (2, 4), (4, 4), (4, 8), (8, 8), (8, 16))) -> list[list]:
+def chimera_rows(grid=((2, 2), (2, 4), (4, 4), (4, 8), (8, 8), (8, 16)), backward=(1.0, 2.0)) -> list[list]:
+    """Bidirectional (this book's list schedule) vs 1F1B, T_F = 1, whole backward = `backward` (T_W = 0)."""
     rows = []
-    for p, m in grid:
-        c = ps.simulate("chimera", p, m, t_f=1.0, t_b=1.0, t_w=1.0)  # backward = T_B + T_W = 2 T_F
-        o = ps.simulate("1f1b", p, m, t_f=1.0, t_b=1.0, t_w=1.0)
-        rows.append([p, m, f"{c.bubble_fraction():.3f}", f"{o.bubble_fraction():.3f}",
-                     f"{1 - c.bubble_fraction() / o.bubble_fraction():.0%}" if o.bubble_fraction() else "—",
-                     f"{(p - 2) / (2 * m + p - 2):.3f}", " ".join(map(str, c.inflight())),
-                     " ".join(map(str, o.inflight())), p + 1])
+    for bwd in backward:
+        for p, m in grid:
+            c = ps.simulate("chimera", p, m, t_f=1.0, t_b=bwd, t_w=0.0)
+            o = ps.simulate("1f1b", p, m, t_f=1.0, t_b=bwd, t_w=0.0)
+            rows.append([f"{bwd:g}", p, m, f"{c.bubble_fraction():.3f}", f"{(p - 2) / (2 * m + p - 2):.3f}",
+                         f"{o.bubble_fraction():.3f}",
+                         f"{1 - c.bubble_fraction() / o.bubble_fraction():.0%}" if o.bubble_fraction() else "—",
+                         " ".join(map(str, c.inflight())), " ".join(map(str, o.inflight())), p + 1])
     return rows
 # --8<-- [end:chimera]
 
@@ -130,8 +132,8 @@ def chimera_rows(grid=((2, 2), (2, 4), (4, 4), (4, 8), (8, 8), (8, 16))) -> list
 def chimera_gantt(p: int = 4, m: int = 4) -> str:
     fig, axes = figures.new(7.5, 3.6, nrows=2, squeeze=False)
     for ax, sched in zip(axes[:, 0], ("1f1b", "chimera")):
-        ps.gantt(ax, ps.timeline_rows(ps.simulate(sched, p, m)),
-                 f"시뮬레이터: {sched}, p = {p}, m = {m}" + (" (빗금: 위로 흐르는 pipeline)" if sched == "chimera" else ""))
+        ps.gantt(ax, ps.timeline_rows(ps.simulate(sched, p, m, t_f=1.0, t_b=1.0, t_w=0.0)),
+                 f"시뮬레이터: {sched}, p = {p}, m = {m}, T_F = backward = 1" + (" (빗금: 위로 흐르는 pipeline)" if sched == "chimera" else ""))
     axes[-1, 0].set_xlabel("T_F 단위")
     fig.tight_layout()
     return figures.svg(fig)
