@@ -18,11 +18,12 @@ The two are the same quantity on two scales: rel = frac / (1 − frac), frac = r
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 import numpy as np
 
-SCHEDULES = ("naive", "gpipe", "1f1b", "interleaved", "looped_bfs", "zb_h1", "zbv")
+SCHEDULES = ("naive", "gpipe", "1f1b", "interleaved", "looped_bfs", "zb_h1", "zbv")  # and "chimera" (Ch4-05)
 SPLIT_BACKWARD = {"zb_h1", "zbv"}  # schedules whose backward is split into B (input grad) and W
 OP_CODE = {"F": 0, "B": 1, "W": 2}
 
@@ -167,17 +168,28 @@ def _chimera_list_schedule(p, m, t_f, t_b, cap=True):
         cs = [c for k, st in stages_of[r] for op in "BF" if (c := candidate(r, op, k, st)) is not None]
         return min(cs, key=lambda c: (c[0], c[1])) if cs else None
 
-    best = [rank_best(r) for r in range(p)]  # each rank's next action; only neighbours change
+    # each rank's next action in a heap (stale entries skipped by version); only neighbours change
+    best, version, heap = [None] * p, [0] * p, []
+
+    def refresh(q):
+        version[q] += 1
+        best[q] = rank_best(q)
+        if best[q] is not None:
+            heapq.heappush(heap, (best[q][0], best[q][1], q, version[q]))
+
+    for q in range(p):
+        refresh(q)
     for _ in range(2 * m * p):
-        r = min((q for q in range(p) if best[q] is not None), key=lambda q: (best[q][0], best[q][1], q))
+        while True:
+            *_, r, ver = heapq.heappop(heap)
+            if ver == version[r]:
+                break
         now, _, (op, j, st, k) = best[r]
         end[(op, j, st)] = free[r] = now + (t_f if op == "F" else t_b)
         orders[r].append((op, j, k))
         nxt[(op, k, st)] += 1
-        for s2 in (st - 1, st, st + 1):  # the producer's consumers live on the neighbouring stages' ranks
-            if 0 <= s2 < p:
-                q = s2 if k == 0 else p - 1 - s2
-                best[q] = rank_best(q)
+        for q in {s2 if k == 0 else p - 1 - s2 for s2 in (st - 1, st, st + 1) if 0 <= s2 < p}:
+            refresh(q)  # the producer's consumers live on the neighbouring stages' ranks
     return orders, max(free)
 
 
