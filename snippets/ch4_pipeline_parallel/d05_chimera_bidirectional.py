@@ -16,7 +16,7 @@ def entry(run, schedule: str, variant: str, m: int) -> dict:
 
 # --8<-- [start:zb_h1]
 def zb_h1_path_bound(p: int, m: int, t_f: float, t_b: float, t_w: float) -> float:
-    """Theorem 4.5.3's path: micro-batch 0's F down ranks 0..p−2, rank p−1's work up to its last B
+    """Theorem 4.5.4's path: micro-batch 0's F down ranks 0..p−2, rank p−1's work up to its last B
     (all F and B, and the m − p weight passes it has not deferred), micro-batch m−1's B back up to
     rank 0, and rank 0's last W."""
     return (p - 1) * t_f + m * (t_f + t_b) + max(m - p, 0) * t_w + (p - 1) * t_b + t_w
