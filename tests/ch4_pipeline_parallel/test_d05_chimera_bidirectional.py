@@ -48,6 +48,7 @@ def test_zbv_half_of_zb_h1_memory_and_comm():
         p = row[0]
         assert float(row[2]) == pytest.approx(float(row[3]) / 2, abs=1e-4)
         assert row[5] == " ".join([str(2 * p)] * p) and float(row[7]) == p
+        assert row[6] == " ".join([str(p)] * p)  # ZB-H1 counted until W: every rank p (page, experiment 1)
         assert row[8] == 2 * (p - 1) == 2 * row[9]
 
 
