@@ -100,3 +100,13 @@ def test_64_stages_under_a_second(schedule):
     took = time.perf_counter() - t0
     assert took < 1.0 * slowdown(), f"{schedule}: {took:.2f} s"
     assert len(tl.start) == 64 * (tl.v * m * (3 if schedule in ps.SPLIT_BACKWARD else 2)) or schedule == "naive"
+
+
+def test_chimera_64_stages_under_a_second():
+    """The bidirectional list schedule (Ch4-05) at 64 stages, m = 64: orders and timeline in under a second."""
+    ps._CHIMERA.clear()
+    t0 = time.perf_counter()
+    tl = ps.simulate("chimera", 64, 64, t_f=1.0, t_b=1.0, t_w=0.0)
+    took = time.perf_counter() - t0
+    assert took < 1.0 * slowdown(), f"chimera: {took:.2f} s"
+    assert len(tl.start) == 2 * 64 * 64 and tl.makespan == 2 * 64 + 64 - 2

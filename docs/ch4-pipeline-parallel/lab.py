@@ -99,12 +99,13 @@ fig.tight_layout()
 display(HTML(figures.svg(fig)))
 
 # %% [markdown]
-# 측정된 bubble 은 시뮬레이션보다 조금 큽니다. 시뮬레이터는 경계를 건너는 시간 (send/recv 와 schedule 의 Python 처리) 을 0 으로
-# 두었고, 같은 op 의 시간이 호출마다 조금씩 다르기 때문입니다 (Ch4-02 의 실험 2, 4).
+# 측정과 시뮬레이션의 차이는 주로 두 가지에서 옵니다. 시뮬레이터는 경계를 건너는 시간 (send/recv 와 schedule 의 Python 처리) 을 0 으로
+# 두었고, 같은 op 의 시간이 호출마다 다른 것을 평균 하나로 대신합니다 (Ch4-02 의 실험 2, 4). 차이의 크기는 실행마다 다릅니다.
 #
 # ## 더 해보기
 #
 # - `lab.M` 을 8 로 바꾸면 (모듈 맨 위) GPipe 의 `held` 는 8 이 되고 1F1B 는 그대로 2 / 1 인지 보세요.
 # - `manual_worker` 의 `dist.isend` 를 `dist.send` 로 바꿔 보세요. 1F1B 에서 rank 0 이 activation 을 보내는 동안 rank 1 이 gradient 를
 #   보내려 하면, 구현에 따라 두 rank 가 서로를 기다릴 수 있습니다. 실제 구현이 비동기 send/recv (`batch_isend_irecv`) 를 쓰는 이유입니다.
-# - `SLEEP` 을 0 으로 두고 진짜 계산만 재 보세요. 이 모델은 너무 작아서 bubble 이 대부분 통신과 Python 처리로 채워집니다.
+# - `SLEEP` 을 0 으로 두고 진짜 계산만 재 보세요. 이 작은 모델에서 측정된 bubble 중 얼마가 계산이 아니라 통신과 Python 처리의
+#   몫인지, 위의 예측과 비교해 보세요.

@@ -16,7 +16,7 @@ def entry(run, schedule: str, variant: str, m: int) -> dict:
 
 # --8<-- [start:zb_h1]
 def zb_h1_path_bound(p: int, m: int, t_f: float, t_b: float, t_w: float) -> float:
-    """Theorem 4.5.3's path: micro-batch 0's F down ranks 0..p−2, rank p−1's work up to its last B
+    """Theorem 4.5.4's path: micro-batch 0's F down ranks 0..p−2, rank p−1's work up to its last B
     (all F and B, and the m − p weight passes it has not deferred), micro-batch m−1's B back up to
     rank 0, and rank 0's last W."""
     return (p - 1) * t_f + m * (t_f + t_b) + max(m - p, 0) * t_w + (p - 1) * t_b + t_w
@@ -114,15 +114,17 @@ def measured_gantt(run) -> str:
 
 
 # --8<-- [start:chimera]
-def chimera_rows(grid=((2, 2), (2, 4), (4, 4), (4, 8), (8, 8), (8, 16))) -> list[list]:
+def chimera_rows(grid=((2, 2), (2, 4), (4, 4), (4, 8), (8, 8), (8, 16)), backward=(1.0, 2.0)) -> list[list]:
+    """Bidirectional (this book's list schedule) vs 1F1B, T_F = 1, whole backward = `backward` (T_W = 0)."""
     rows = []
-    for p, m in grid:
-        c = ps.simulate("chimera", p, m, t_f=1.0, t_b=1.0, t_w=1.0)  # backward = T_B + T_W = 2 T_F
-        o = ps.simulate("1f1b", p, m, t_f=1.0, t_b=1.0, t_w=1.0)
-        rows.append([p, m, f"{c.bubble_fraction():.3f}", f"{o.bubble_fraction():.3f}",
-                     f"{1 - c.bubble_fraction() / o.bubble_fraction():.0%}" if o.bubble_fraction() else "—",
-                     f"{(p - 2) / (2 * m + p - 2):.3f}", " ".join(map(str, c.inflight())),
-                     " ".join(map(str, o.inflight())), p + 1])
+    for bwd in backward:
+        for p, m in grid:
+            c = ps.simulate("chimera", p, m, t_f=1.0, t_b=bwd, t_w=0.0)
+            o = ps.simulate("1f1b", p, m, t_f=1.0, t_b=bwd, t_w=0.0)
+            rows.append([f"{bwd:g}", p, m, f"{c.bubble_fraction():.3f}", f"{(p - 2) / (2 * m + p - 2):.3f}",
+                         f"{o.bubble_fraction():.3f}",
+                         f"{1 - c.bubble_fraction() / o.bubble_fraction():.0%}" if o.bubble_fraction() else "—",
+                         " ".join(map(str, c.inflight())), " ".join(map(str, o.inflight())), p + 1])
     return rows
 # --8<-- [end:chimera]
 
@@ -130,8 +132,8 @@ def chimera_rows(grid=((2, 2), (2, 4), (4, 4), (4, 8), (8, 8), (8, 16))) -> list
 def chimera_gantt(p: int = 4, m: int = 4) -> str:
     fig, axes = figures.new(7.5, 3.6, nrows=2, squeeze=False)
     for ax, sched in zip(axes[:, 0], ("1f1b", "chimera")):
-        ps.gantt(ax, ps.timeline_rows(ps.simulate(sched, p, m)),
-                 f"시뮬레이터: {sched}, p = {p}, m = {m}" + (" (빗금: 위로 흐르는 pipeline)" if sched == "chimera" else ""))
+        ps.gantt(ax, ps.timeline_rows(ps.simulate(sched, p, m, t_f=1.0, t_b=1.0, t_w=0.0)),
+                 f"시뮬레이터: {sched}, p = {p}, m = {m}, T_F = backward = 1" + (" (빗금: 위로 흐르는 pipeline)" if sched == "chimera" else ""))
     axes[-1, 0].set_xlabel("T_F 단위")
     fig.tight_layout()
     return figures.svg(fig)

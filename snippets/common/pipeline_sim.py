@@ -18,11 +18,12 @@ The two are the same quantity on two scales: rel = frac / (1 − frac), frac = r
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 import numpy as np
 
-SCHEDULES = ("naive", "gpipe", "1f1b", "interleaved", "looped_bfs", "zb_h1", "zbv")
+SCHEDULES = ("naive", "gpipe", "1f1b", "interleaved", "looped_bfs", "zb_h1", "zbv")  # and "chimera" (Ch4-05)
 SPLIT_BACKWARD = {"zb_h1", "zbv"}  # schedules whose backward is split into B (input grad) and W
 OP_CODE = {"F": 0, "B": 1, "W": 2}
 
@@ -133,49 +134,62 @@ def _zbv_order(r: int, p: int, m: int) -> list[tuple[str, int, int]]:
 _CHIMERA: dict = {}
 
 
-def _chimera_list_schedule(p, m, t_f, t_b, b_first, cap):
-    """One list schedule for chimera_orders; returns (orders, makespan)."""
+def _chimera_list_schedule(p, m, t_f, t_b, cap=True):
+    """The list schedule behind chimera_orders; returns (orders, makespan)."""
     half = m // 2
-    pipe = lambda j: 0 if j < half else 1  # noqa: E731
-    rank_of = lambda j, st: st if pipe(j) == 0 else p - 1 - st  # noqa: E731
+    stages_of = [[(0, r), (1, p - 1 - r)] for r in range(p)]  # (pipeline, stage) held by rank r
+    first = {0: 0, 1: half}  # first micro-batch of each pipeline
+    nxt = {(op, k, st): 0 for op in "FB" for k in (0, 1) for st in range(p)}  # next index within the pipeline
     end: dict = {}
     free = [0.0] * p
-    nxt_f = {(k, st): (0 if k == 0 else half) for k in (0, 1) for st in range(p)}
-    nxt_b = dict(nxt_f)
-    alive = {(k, st): 0 for k in (0, 1) for st in range(p)}
     orders: list[list[tuple[str, int, int]]] = [[] for _ in range(p)]
-    stages_of = [[(0, r), (1, p - 1 - r)] for r in range(p)]  # (pipeline, stage) held by rank r
     inf = float("inf")
 
-    def candidates(r):
-        """(ready time, priority, action) of the next F and B of each of rank r's two stages."""
-        out = []
-        for k, st in stages_of[r]:
-            stop_ = half if k == 0 else m
-            j = nxt_b[(k, st)]
-            if j < stop_ and ("F", j, st) in end:
-                dep = end[("F", j, st)] if st == p - 1 else end.get(("B", j, st + 1), inf)
-                out.append((max(dep, end[("F", j, st)]), (0, 0.0, j), ("B", j, st, k)))
-            j = nxt_f[(k, st)]
-            if j < stop_ and (not cap or alive[(k, st)] < p - st):
-                dep = 0.0 if st == 0 else end.get(("F", j, st - 1), inf)
-                out.append((dep, (1 if b_first else -1, -((p - 1 - st) * t_f + p * t_b), j), ("F", j, st, k)))
-        return out
-
-    for _ in range(2 * m * p):
-        r = min(range(p), key=lambda q: (free[q] if any(c[0] < inf for c in candidates(q)) else inf, q))
-        cands = [c for c in candidates(r) if c[0] < inf]
-        now = max(free[r], min(c[0] for c in cands))
-        op, j, st, k = min((c for c in cands if c[0] <= now), key=lambda c: c[1])[2]
-        end[(op, j, st)] = now + (t_f if op == "F" else t_b)
-        free[r] = end[(op, j, st)]
-        orders[r].append((op, j, k))
+    def candidate(r, op, k, st):
+        """(start, priority, action) of rank r's next op on stage st of pipeline k, or None."""
+        i = nxt[(op, k, st)]
+        if i >= half:
+            return None
+        j = first[k] + i
         if op == "F":
-            nxt_f[(k, st)] += 1
-            alive[(k, st)] += 1
+            if cap and i - nxt[("B", k, st)] >= p - st:  # 1F1B's in-flight limit of the stage
+                return None
+            dep = 0.0 if st == 0 else end.get(("F", j, st - 1), inf)
         else:
-            nxt_b[(k, st)] += 1
-            alive[(k, st)] -= 1
+            if ("F", j, st) not in end:
+                return None
+            dep = max(end[("F", j, st)], 0.0 if st == p - 1 else end.get(("B", j, st + 1), inf))
+        if dep == inf:
+            return None
+        # backward first, then the lower index within its pipeline, then the down pipeline
+        return max(free[r], dep), (0 if op == "B" else 1, i, k), (op, j, st, k)
+
+    def rank_best(r):
+        cs = [c for k, st in stages_of[r] for op in "BF" if (c := candidate(r, op, k, st)) is not None]
+        return min(cs, key=lambda c: (c[0], c[1])) if cs else None
+
+    # each rank's next action in a heap (stale entries skipped by version); only neighbours change
+    best, version, heap = [None] * p, [0] * p, []
+
+    def refresh(q):
+        version[q] += 1
+        best[q] = rank_best(q)
+        if best[q] is not None:
+            heapq.heappush(heap, (best[q][0], best[q][1], q, version[q]))
+
+    for q in range(p):
+        refresh(q)
+    for _ in range(2 * m * p):
+        while True:
+            *_, r, ver = heapq.heappop(heap)
+            if ver == version[r]:
+                break
+        now, _, (op, j, st, k) = best[r]
+        end[(op, j, st)] = free[r] = now + (t_f if op == "F" else t_b)
+        orders[r].append((op, j, k))
+        nxt[(op, k, st)] += 1
+        for q in {s2 if k == 0 else p - 1 - s2 for s2 in (st - 1, st, st + 1) if 0 <= s2 < p}:
+            refresh(q)  # the producer's consumers live on the neighbouring stages' ranks
     return orders, max(free)
 
 
@@ -183,19 +197,17 @@ def chimera_orders(p: int, m: int, t_f: float = 1.0, t_b: float = 2.0) -> list[l
     """Bidirectional pipelines in the style of Chimera (Li & Hoefler 2021): micro-batches 0..m/2−1 flow
     down (stage s on rank s), m/2..m−1 flow up (stage s on rank p−1−s); every rank holds one stage of
     each pipeline (two stages' weights). The per-rank order is this book's construction, not the
-    paper's exact schedule: list scheduling (the rank that is free first starts, among its actions
-    ready by then, the one of highest priority) under two rules — backward first or forward first
-    (forwards ranked by the longest path still ahead) — keeping the faster; every stage keeps 1F1B's
-    limit of p − s micro-batches in flight. Returns (op, micro-batch, pipeline) per rank."""
+    paper's own schedule: chronological list scheduling (the action that can start earliest on any
+    rank starts; on one rank, backward before forward, then the lower micro-batch index within its
+    pipeline), every stage keeping 1F1B's limit of p − s micro-batches in flight. Durations t_f and
+    t_b (the whole backward) only shape the order. Returns (op, micro-batch, pipeline) per rank."""
     key = (p, m, t_f, t_b)
     if key in _CHIMERA:
         return _CHIMERA[key]
     if m % 2:
         raise ValueError("chimera needs an even number of micro-batches (half per direction)")
-    best = min((_chimera_list_schedule(p, m, t_f, t_b, b_first, True) for b_first in (True, False)),
-               key=lambda x: x[1])
-    _CHIMERA[key] = best[0]
-    return best[0]
+    _CHIMERA[key] = _chimera_list_schedule(p, m, t_f, t_b)[0]
+    return _CHIMERA[key]
 # --8<-- [end:orders]
 
 
@@ -278,7 +290,10 @@ def simulate(schedule: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: f
     if schedule == "naive":
         m = 1
     split = schedule in SPLIT_BACKWARD
-    orders = [rank_order(schedule, r, p, m, v) for r in range(p)]
+    if schedule == "chimera":  # the list schedule's order depends on the durations
+        orders = chimera_orders(p, m, t_f, t_b + t_w)
+    else:
+        orders = [rank_order(schedule, r, p, m, v) for r in range(p)]
     k_max = max(len(o) for o in orders)
     n_st = p * v
     # flat arrays, rank-major with padding to k_max (padding: zero duration, no dependency)
