@@ -195,3 +195,17 @@ def test_solution_2_tail_minimised_at_n_star():
             if k <= n_star:
                 assert tails[k] == pytest.approx(ab.ring_allreduce_time(n, s / k, alpha, beta), rel=1e-9)
         assert min(tails, key=tails.get) in (n_star, n_star + 1)
+
+
+def test_corollary_236_first_bucket_closes_no_earlier_with_a_larger_cap():
+    """Corollary 2.3.6: a larger cap never closes the first bucket earlier (τ_1 does not decrease);
+    the last bucket is a remainder, so its size is not monotone in the cap."""
+    rng = np.random.default_rng(7)
+    last_not_monotone = False
+    for _ in range(300):
+        s = rng.integers(1, 1000, size=rng.integers(2, 40))
+        caps = sorted(rng.integers(1, 4000, size=2))
+        b_small, b_large = assign_buckets(s, [int(caps[0])]), assign_buckets(s, [int(caps[1])])
+        assert b_large[0][-1] >= b_small[0][-1]
+        last_not_monotone |= s[b_large[-1]].sum() < s[b_small[-1]].sum()
+    assert last_not_monotone
