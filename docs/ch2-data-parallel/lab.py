@@ -1,7 +1,7 @@
 # %% [markdown]
 # # Chapter 2 실습: DDP 를 손으로 만들고, torch 의 DDP 와 bit 단위로 비교하기
 #
-# 이 노트북은 노트북 PC 의 CPU 에서 돕니다. gloo backend 로 process 를 3 개 띄워, 한 process 안에서 같은 모델 네 벌을 나란히
+# 이 실습은 노트북 PC 의 CPU 에서 돕니다. gloo backend 로 process 를 3 개 띄워, 한 process 안에서 같은 모델 네 벌을 나란히
 # 학습합니다.
 #
 # 1. torch 의 `DistributedDataParallel` (bucket 상한 `bucket_cap_mb=0.02`, 약 21 KB).

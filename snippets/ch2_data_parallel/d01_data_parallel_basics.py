@@ -20,7 +20,7 @@ def lsq_grad(w, x, y):
 
 def dp_gradient(w, x, y, shard_sizes, weighted=False):
     """What N data-parallel ranks compute: each rank's mean-loss gradient on its shard, then the
-    AllReduce (a sum) times 1/N. `weighted=True` uses b_r/B instead of 1/N (Theorem 2.1.2)."""
+    AllReduce (a sum) times 1/N. `weighted=True` uses b_r/B instead of 1/N (Theorem 2.1.4)."""
     edges = np.cumsum([0, *shard_sizes])
     grads = [lsq_grad(w, x[a:b], y[a:b]) for a, b in zip(edges[:-1], edges[1:])]
     coef = [b / len(y) for b in shard_sizes] if weighted else [1 / len(shard_sizes)] * len(shard_sizes)

@@ -120,12 +120,15 @@ def norm_buffers() -> list[list]:
 
 # --8<-- [start:syncbn]
 def global_batch_stats(local_batches):
-    """What SyncBatchNorm computes: Σx, Σx² and counts all-reduced, then mean and biased variance."""
-    s = sum(x.sum(0) for x in local_batches)
-    sq = sum((x * x).sum(0) for x in local_batches)
-    cnt = sum(x.shape[0] for x in local_batches)
-    mean = s / cnt
-    return mean, sq / cnt - mean * mean
+    """SyncBatchNorm's route: every rank's (mean, biased variance, count) gathered, then combined.
+
+    torch/nn/modules/_functions.py SyncBatchNorm.forward all-gathers (mean, invstd, count) per rank and
+    combines them (batch_norm_gather_stats_with_counts); Σx = b_r·mean_r and Σx² = b_r·(var_r + mean_r²).
+    """
+    gathered = [(x.mean(0), x.var(0, unbiased=False), x.shape[0]) for x in local_batches]  # the all_gather
+    cnt = sum(c for _, _, c in gathered)
+    mean = sum(c * m for m, _, c in gathered) / cnt
+    return mean, sum(c * (v + m * m) for m, v, c in gathered) / cnt - mean * mean
 # --8<-- [end:syncbn]
 
 

@@ -92,7 +92,7 @@ def bucket_detail_rows(m: dict, label: str, iteration: int) -> list[list]:
 
 
 def bucket_count_bounds(total: int, cap: int, biggest: int) -> tuple[float, float]:
-    """Theorem 2.3.3: total/(cap + biggest) < k ≤ ⌊total/cap⌋ + 1 for a single cap."""
+    """Theorem 2.3.4: total/(cap + biggest) < k ≤ ⌊total/cap⌋ + 1 for a single cap."""
     return total / (cap + biggest), total // cap + 1
 
 
@@ -211,6 +211,9 @@ def gap_summary(run) -> dict:
     meas = [r["measured"] for r in rows]
     pred = [r["step"] for r in rows]
     ratio = [a / b for a, b in zip(meas, pred)]
+    loc = run.measurements["timing"]["local"]
     return {"ratio_min": min(ratio), "ratio_max": max(ratio), "measured_min": min(meas), "measured_max": max(meas),
             "measured_spread": max(meas) / min(meas) - 1, "pred_min": min(pred), "pred_max": max(pred),
-            "pred_spread": max(pred) / min(pred) - 1}
+            "pred_spread": max(pred) / min(pred) - 1,
+            "pred_argmin": [r["cap"] for r in rows if r["step"] <= min(pred) * (1 + 1e-9)],
+            "t_b": loc["backward_s"], "last_ready": max(loc["param_ready_s"].values())}

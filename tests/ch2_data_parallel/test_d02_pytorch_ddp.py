@@ -38,6 +38,12 @@ def test_installed_source_matches_definitions():
     assert "forward_sync_buffers" in inspect.signature(ddp_mod.DistributedDataParallel.__init__).parameters
     bn = inspect.getsource(torch.nn.SyncBatchNorm.forward)
     assert '"cuda"' in bn and "SyncBatchNorm expected input tensor to be on GPU" in bn
+    # theorem 2.2.6 (c): SyncBatchNorm gathers per-rank (mean, invstd, count); it does not all-reduce Σx, Σx²
+    from torch.nn.modules import _functions
+
+    fwd = inspect.getsource(_functions.SyncBatchNorm.forward)
+    assert "dist.all_gather(" in fwd and "batch_norm_gather_stats_with_counts" in fwd
+    assert "all_reduce" not in fwd
 
 
 def test_forward_buffer_sync_experiment_2():
@@ -111,3 +117,15 @@ def test_solution_1():
     last = list(DistributedSampler(range(d), num_replicas=n, rank=n - 1, shuffle=False))
     assert len(last) == 782 and 64 * 782 - d == 48
     assert len(list(DistributedSampler(range(d), num_replicas=n, rank=0, shuffle=False, drop_last=True))) == 781
+
+
+def test_syncbn_gathered_combination_with_unequal_counts():
+    """Theorem 2.2.6 (c): per-rank (mean, var, count) combine to the concatenated batch's stats, also for unequal b_r."""
+    g = torch.Generator().manual_seed(5)
+    xs = [torch.randn(b, 3, generator=g, dtype=torch.float64) + r for r, b in enumerate((2, 7, 16))]
+    mean, var = page.global_batch_stats(xs)
+    cat = torch.cat(xs)
+    assert torch.allclose(mean, cat.mean(0), rtol=0, atol=1e-12)
+    assert torch.allclose(var, cat.var(0, unbiased=False), rtol=0, atol=1e-12)
+    plain = sum(x.mean(0) for x in xs) / len(xs)  # the unweighted mean of means is not the global mean
+    assert (plain - cat.mean(0)).abs().max() > 0.1
