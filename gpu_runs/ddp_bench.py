@@ -193,7 +193,7 @@ def batch_stats(cfg: dict, env: harness.Env) -> dict:
     h = (torch.randn(cfg["b"], cfg["d"], generator=g) + 2.0 * env.rank).to(env.device)
     local_mean = h.mean(0)
     stats = torch.stack([h.sum(0), (h * h).sum(0), torch.full_like(h[0], h.shape[0])])
-    dist.all_reduce(stats)  # what SyncBatchNorm reduces: Σx, Σx², count
+    dist.all_reduce(stats)  # the global statistics SyncBatchNorm reconstructs (it all-gathers per-rank mean, invstd and count)
     global_mean = stats[0] / stats[2]
     rec = {"local_mean0": gather(float(local_mean[0])), "global_mean0": float(global_mean[0]),
            "max_local_vs_global": max(gather(float((local_mean - global_mean).abs().max())))}
@@ -329,6 +329,16 @@ def med_max(times: list[float], env: harness.Env) -> float:
     return statistics.median(t.cpu().tolist())
 
 
+def ready_med_max(ready: dict[str, list[float]], env: harness.Env) -> dict[str, float]:
+    """Per-parameter ready time: the slowest rank's at each step, then the median over steps — the same
+    statistic as `med_max` gives backward_s, so the two can be compared (a tail is max over ranks)."""
+    keys = list(ready)
+    t = torch.tensor([ready[k] for k in keys], dtype=torch.float64,
+                     device=env.device if env.backend == "nccl" else "cpu")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return {k: statistics.median(row) for k, row in zip(keys, t.cpu().tolist())}
+
+
 def sync(env):
     if env.device.type == "cuda":
         torch.cuda.synchronize()
@@ -387,7 +397,7 @@ def local_profile(cfg: dict, env: harness.Env) -> dict:
             for v in ready.values():
                 v.clear()
     return {"forward_s": med_max(fwd, env), "backward_s": med_max(bwd, env), "optimizer_s": med_max(step, env),
-            "param_ready_s": {k: statistics.median(v) for k, v in ready.items()},
+            "param_ready_s": ready_med_max(ready, env),
             "param_bytes": {k: p.numel() * p.element_size() for k, p in net.named_parameters()}}
 
 
