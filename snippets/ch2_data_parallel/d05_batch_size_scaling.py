@@ -2,7 +2,7 @@
 
 A real small model — logistic regression, `torch.nn.Linear(d, 1)` with a BCE loss — on a fixed synthetic
 data set whose labels are drawn from a logistic teacher (so the loss has a positive minimum and the
-gradient noise never vanishes). The gradient noise scale B_simple = tr(Σ)/|G|² (McCandlish et al. 2018,
+gradient noise never vanishes). The gradient noise scale B_simple = tr(Σ)/|∇𝓛|² (McCandlish et al. 2018,
 §2) is measured from per-sample gradients computed with torch.func (vmap of grad), and the
 steps/examples trade-off is measured by training with SGD at every batch size over a grid of learning
 rates (NumPy, vectorised over learning rates and seeds, deterministic).
@@ -58,7 +58,7 @@ def per_sample_grads(w: np.ndarray) -> np.ndarray:
 
 
 def b_simple(per_sample: np.ndarray) -> dict:
-    """B_simple = tr(Σ)/|G|², G the mean gradient, Σ the per-sample covariance (McCandlish §2)."""
+    """B_simple = tr(Σ)/|∇𝓛|², ∇𝓛 the mean gradient, Σ the per-sample covariance (McCandlish §2)."""
     g = per_sample.mean(axis=0)
     tr_sigma = float(((per_sample - g) ** 2).sum(axis=1).mean())
     return {"G2": float(g @ g), "trSigma": tr_sigma, "B_simple": tr_sigma / float(g @ g)}
@@ -67,7 +67,7 @@ def b_simple(per_sample: np.ndarray) -> dict:
 
 # --8<-- [start:two-batch]
 def two_batch_estimate(w: np.ndarray, b_small: int, b_big: int, draws: int = 2000, seed: int = 1) -> dict:
-    """McCandlish App. A: E|G_B|² = |G|² + tr(Σ)/B, so two batch sizes give unbiased |G|² and tr(Σ).
+    """McCandlish App. A: E|ĝ_B|² = |∇𝓛|² + tr(Σ)/B, so two batch sizes give unbiased |∇𝓛|² and tr(Σ).
 
     Uses only mini-batch mean gradients (what a data-parallel job has: per-rank and all-reduced)."""
     x, y = dataset()

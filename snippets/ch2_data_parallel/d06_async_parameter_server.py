@@ -22,7 +22,7 @@ def runs() -> dict[int, results.Result]:
 
 # --8<-- [start:delay]
 def delay_threshold(tau):
-    """Largest stable ηλ for w_{t+1} = w_t − ηλ·w_{t−τ} (Theorem 2.6.2): 2·sin(π / (2(2τ+1)))."""
+    """Largest stable ηλ for w_{t+1} = w_t − ηλ·w_{t−κ} (Theorem 2.6.2): 2·sin(π / (2(2κ+1)))."""
     tau = np.asarray(tau, float)
     return 2 * np.sin(np.pi / (2 * (2 * tau + 1)))
 
@@ -62,8 +62,8 @@ def parameter_server(tau: int, h_lambda: float, updates: int = 400, b: int = 128
     """Updates a bounded-staleness parameter server needs to bring ‖w − w_opt‖ below target·‖w_opt‖.
 
     SGD on least squares from w = 0 with η = h_lambda/λ_max. The server applies updates one at a
-    time; the update that arrives was computed by a worker on a copy s ≤ τ updates stale (s uniform
-    on 0..τ, or s = τ always when worst). Seeds are vectorised; the error is their mean. Returns inf
+    time; the update that arrives was computed by a worker on a copy s ≤ κ updates stale (s uniform
+    on 0..κ, or s = κ always when worst). Seeds are vectorised; the error is their mean. Returns inf
     if the target is not reached within `updates` (e.g. because the run diverges)."""
     a, y, w_opt, lam = least_squares()
     rng = np.random.default_rng(tau)
@@ -88,9 +88,9 @@ def parameter_server(tau: int, h_lambda: float, updates: int = 400, b: int = 128
 
 
 def ps_rows(taus=(0, 1, 2, 4, 8, 16), fixed: float = 0.5) -> list[dict]:
-    """For each τ: the threshold (formula and bisection), and the updates the parameter server needs
+    """For each κ: the threshold (formula and bisection), and the updates the parameter server needs
     with a fixed ηλ_max (worst-case delays) and with ηλ_max cut to half of Theorem 2.6.2's limit for
-    that τ (worst-case and uniformly random delays)."""
+    that κ (worst-case and uniformly random delays)."""
     rows = []
     for tau in taus:
         thr = float(delay_threshold(tau))

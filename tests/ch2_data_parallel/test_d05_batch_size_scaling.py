@@ -25,7 +25,7 @@ def test_torch_func_per_sample_grads_equal_hand_derivation_and_autograd_loop():
 
 def test_b_simple_matches_two_batch_estimator_and_grows():
     """Experiment 1 / Lemma 2.5.4: the unbiased two-batch estimate agrees with the per-sample value; B_simple
-    grows along the path while tr Σ changes far less than |G|²."""
+    grows along the path while tr Σ changes far less than |∇𝓛|²."""
     path = page.noise_along_path()
     for r in path:
         est = page.two_batch_estimate(r["w"], 8, 256)
@@ -38,7 +38,7 @@ def test_b_simple_matches_two_batch_estimator_and_grows():
 
 
 def test_two_batch_identity_is_exact_in_expectation():
-    """Lemma 2.5.4: E|ĝ_B|² = |G|² + tr Σ / B, computed exactly over all with-replacement pairs for B = 2."""
+    """Lemma 2.5.4: E|ĝ_B|² = |∇𝓛|² + tr Σ / B, computed exactly over all with-replacement pairs for B = 2."""
     w = page.gd_path()[0][3]
     g = page.closed_form_grads(w)[:64]  # a small population so that all pairs can be enumerated
     mean = g.mean(0)
