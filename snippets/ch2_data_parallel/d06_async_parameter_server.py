@@ -102,10 +102,10 @@ def ps_rows(taus=(0, 1, 2, 4, 8, 16), fixed: float = 0.5) -> list[dict]:
 
 
 # --8<-- [start:easgd]
-def easgd(p: int, alpha: float, eta: float, steps: int = 1000, b: int = 8, seed: int = 0, track: bool = False):
+def easgd(p: int, gamma: float, eta: float, steps: int = 1000, b: int = 8, seed: int = 0, track: bool = False):
     """Synchronous EASGD (Zhang et al. 2015, eqs. for the symmetric round): worker i and the centre x̃
 
-        x_i ← x_i − η·g_i(x_i) − α·(x_i − x̃),     x̃ ← x̃ + α·Σ_i (x_i − x̃)     (β = p·α)
+        x_i ← x_i − η·g_i(x_i) − γ·(x_i − x̃),     x̃ ← x̃ + γ·Σ_i (x_i − x̃)     (Zhang's α = γ, β = p·γ)
 
     on least squares. Returns the centre's and the workers' final distances to w_opt, and (track) the
     largest drift of Σ_i x_i + x̃ from its value predicted by the gradient terms alone."""
@@ -118,8 +118,8 @@ def easgd(p: int, alpha: float, eta: float, steps: int = 1000, b: int = 8, seed:
         idx = rng.integers(0, len(y), (p, b))
         g = np.einsum("pbd,pb->pd", a[idx], np.einsum("pbd,pd->pb", a[idx], x) - y[idx]) / b
         diff = x - c
-        x = x - eta * g - alpha * diff
-        c = c + alpha * diff.sum(0)
+        x = x - eta * g - gamma * diff
+        c = c + gamma * diff.sum(0)
         if track:
             conserved = conserved - eta * g.sum(0)
             drift = max(drift, float(np.abs(x.sum(0) + c - conserved).max()))

@@ -43,8 +43,8 @@ def test_parameter_server_fixed_lr_fails_and_scaled_lr_slows():
 
 
 def test_easgd_conservation_and_centre():
-    """Theorem 2.6.4 / Experiment 3: Σx_i + x̃ changes only by the gradient terms; α = 0 leaves the centre at 0;
-    α > 0 puts the centre closer to w_opt than the workers; larger α, smaller spread."""
+    """Theorem 2.6.4 / Experiment 3: Σx_i + x̃ changes only by the gradient terms; γ = 0 leaves the centre at 0;
+    γ > 0 puts the centre closer to w_opt than the workers; larger γ, smaller spread."""
     _, _, w_opt, lam = page.least_squares()
     res = {a: page.easgd(4, a, 0.5 / lam, track=True) for a in (0.0, 0.01, 0.05, 0.2)}
     assert all(r["drift"] < 1e-10 for r in res.values())
