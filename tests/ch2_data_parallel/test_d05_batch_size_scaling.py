@@ -78,6 +78,18 @@ def test_sweep_shows_diminishing_returns_and_b_crit_within_path_range():
     assert lo < fit["B_crit"] < math.sqrt(lo * hi)
 
 
+def test_figure_curve_is_the_corollary_hyperbola():
+    """Experiment 2's figure: the drawn fit satisfies (𝓢/𝓢_min − 1)(𝓔/𝓔_min − 1) = 1 and passes through the
+    fit's prediction at every measured B (the curve was once drawn at 𝓔 = 𝓢_min·B, off the hyperbola)."""
+    rows = page.sweep()
+    fit = page.fit_tradeoff(rows)
+    e, s = page.tradeoff_curve(fit, np.geomspace(0.5, 4096, 50))
+    np.testing.assert_allclose((s / fit["S_min"] - 1) * (e / fit["E_min"] - 1), 1.0, rtol=1e-9)
+    for r in rows:
+        e1, s1 = page.tradeoff_curve(fit, [r["B"]])
+        assert math.isclose(s1[0], fit["S_min"] * (1 + fit["B_crit"] / r["B"])) and math.isclose(e1[0], s1[0] * r["B"])
+
+
 def test_sweep_is_deterministic_and_matches_a_plain_loop():
     """steps_to_target (vectorised over lrs and seeds) equals a one-run-at-a-time loop with the same draws."""
     b, lrs, seeds = 16, (3.2, 6.4), 2
