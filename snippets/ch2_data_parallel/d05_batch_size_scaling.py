@@ -2,7 +2,7 @@
 
 A real small model — logistic regression, `torch.nn.Linear(d, 1)` with a BCE loss — on a fixed synthetic
 data set whose labels are drawn from a logistic teacher (so the loss has a positive minimum and the
-gradient noise never vanishes). The gradient noise scale B_simple = tr(Σ)/|G|² (McCandlish et al. 2018,
+gradient noise never vanishes). The gradient noise scale B_simple = tr(Σ)/|∇𝓛|² (McCandlish et al. 2018,
 §2) is measured from per-sample gradients computed with torch.func (vmap of grad), and the
 steps/examples trade-off is measured by training with SGD at every batch size over a grid of learning
 rates (NumPy, vectorised over learning rates and seeds, deterministic).
@@ -58,7 +58,7 @@ def per_sample_grads(w: np.ndarray) -> np.ndarray:
 
 
 def b_simple(per_sample: np.ndarray) -> dict:
-    """B_simple = tr(Σ)/|G|², G the mean gradient, Σ the per-sample covariance (McCandlish §2)."""
+    """B_simple = tr(Σ)/|∇𝓛|², ∇𝓛 the mean gradient, Σ the per-sample covariance (McCandlish §2)."""
     g = per_sample.mean(axis=0)
     tr_sigma = float(((per_sample - g) ** 2).sum(axis=1).mean())
     return {"G2": float(g @ g), "trSigma": tr_sigma, "B_simple": tr_sigma / float(g @ g)}
@@ -67,7 +67,7 @@ def b_simple(per_sample: np.ndarray) -> dict:
 
 # --8<-- [start:two-batch]
 def two_batch_estimate(w: np.ndarray, b_small: int, b_big: int, draws: int = 2000, seed: int = 1) -> dict:
-    """McCandlish App. A: E|G_B|² = |G|² + tr(Σ)/B, so two batch sizes give unbiased |G|² and tr(Σ).
+    """McCandlish App. A: E|ĝ_B|² = |∇𝓛|² + tr(Σ)/B, so two batch sizes give unbiased |∇𝓛|² and tr(Σ).
 
     Uses only mini-batch mean gradients (what a data-parallel job has: per-rank and all-reduced)."""
     x, y = dataset()
@@ -221,7 +221,16 @@ def mccandlish_curve(b, b_noise: float):
     return 1 / (1 + b_noise / b)
 
 
-def sweep_figure(rows, fit: dict, bs_target: float):
+def tradeoff_curve(fit: dict, b):
+    """The fitted Corollary 2.5.3 curve as (𝓔, 𝓢) at batch sizes b: 𝓢 = 𝓢_min(1 + B_crit/B), 𝓔 = 𝓢·B."""
+    b = np.asarray(b, float)
+    s = fit["S_min"] * (1 + fit["B_crit"] / b)
+    return s * b, s
+
+
+def sweep_figure(rows, fit: dict, b_noise: float):
+    """Left: 𝓢 against 𝓔 with the fitted hyperbola (𝓔 = 𝓢_min·(B + B_crit) along it). Right: the best grid lr
+    and η_max/(1 + b_noise/B) with η_max taken as the saturated best lr (the largest one)."""
     from snippets.common import figures
 
     fig, (ax1, ax2) = figures.new(9.0, 3.6, ncols=2)
@@ -229,16 +238,17 @@ def sweep_figure(rows, fit: dict, bs_target: float):
     s = np.array([r["S"] for r in rows])
     ax1.loglog(e, s, "o", label="측정 (최적 lr)")
     bb = np.geomspace(0.5, 4096, 200)
-    ax1.loglog(fit["S_min"] * bb, fit["S_min"] * (1 + fit["B_crit"] / bb), "k--",
-               label=r"$(S/S_{min}-1)(E/E_{min}-1)=1$ fit")
+    ax1.loglog(*tradeoff_curve(fit, bb), "k--",
+               label=r"$(\mathcal{S}/\mathcal{S}_{min}-1)(\mathcal{E}/\mathcal{E}_{min}-1)=1$ fit")
     for r in rows[::2]:
         ax1.annotate(f"B={r['B']}", (r["E"], r["S"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
-    ax1.set_xlabel("examples E to target")
-    ax1.set_ylabel("steps S to target")
+    ax1.set_xlabel(r"examples $\mathcal{E}$ to target")
+    ax1.set_ylabel(r"steps $\mathcal{S}$ to target")
     ax1.legend(fontsize=8)
     b = np.array([r["B"] for r in rows])
     ax2.semilogx(b, [r["best_lr"] for r in rows], "o", label="grid 최적 lr (측정)")
-    ax2.semilogx(bb, max(LRS) * mccandlish_curve(bb, bs_target), "k--", label=r"$\eta_{max}/(1+B_{simple}/B)$")
+    eta_max = max(r["best_lr"] for r in rows)
+    ax2.semilogx(bb, eta_max * mccandlish_curve(bb, b_noise), "k--", label=r"$\eta_{max}/(1+B_{crit}/B)$")
     ax2.set_xlabel("batch B")
     ax2.set_ylabel("learning rate")
     ax2.set_ylim(0, max(LRS) * 1.1)

@@ -22,7 +22,7 @@ def runs() -> dict[int, results.Result]:
 
 # --8<-- [start:delay]
 def delay_threshold(tau):
-    """Largest stable ηλ for w_{t+1} = w_t − ηλ·w_{t−τ} (Theorem 2.6.2): 2·sin(π / (2(2τ+1)))."""
+    """Largest stable ηλ for w_{t+1} = w_t − ηλ·w_{t−κ} (Theorem 2.6.2): 2·sin(π / (2(2κ+1)))."""
     tau = np.asarray(tau, float)
     return 2 * np.sin(np.pi / (2 * (2 * tau + 1)))
 
@@ -62,8 +62,8 @@ def parameter_server(tau: int, h_lambda: float, updates: int = 400, b: int = 128
     """Updates a bounded-staleness parameter server needs to bring ‖w − w_opt‖ below target·‖w_opt‖.
 
     SGD on least squares from w = 0 with η = h_lambda/λ_max. The server applies updates one at a
-    time; the update that arrives was computed by a worker on a copy s ≤ τ updates stale (s uniform
-    on 0..τ, or s = τ always when worst). Seeds are vectorised; the error is their mean. Returns inf
+    time; the update that arrives was computed by a worker on a copy s ≤ κ updates stale (s uniform
+    on 0..κ, or s = κ always when worst). Seeds are vectorised; the error is their mean. Returns inf
     if the target is not reached within `updates` (e.g. because the run diverges)."""
     a, y, w_opt, lam = least_squares()
     rng = np.random.default_rng(tau)
@@ -88,9 +88,9 @@ def parameter_server(tau: int, h_lambda: float, updates: int = 400, b: int = 128
 
 
 def ps_rows(taus=(0, 1, 2, 4, 8, 16), fixed: float = 0.5) -> list[dict]:
-    """For each τ: the threshold (formula and bisection), and the updates the parameter server needs
+    """For each κ: the threshold (formula and bisection), and the updates the parameter server needs
     with a fixed ηλ_max (worst-case delays) and with ηλ_max cut to half of Theorem 2.6.2's limit for
-    that τ (worst-case and uniformly random delays)."""
+    that κ (worst-case and uniformly random delays)."""
     rows = []
     for tau in taus:
         thr = float(delay_threshold(tau))
@@ -102,10 +102,10 @@ def ps_rows(taus=(0, 1, 2, 4, 8, 16), fixed: float = 0.5) -> list[dict]:
 
 
 # --8<-- [start:easgd]
-def easgd(p: int, alpha: float, eta: float, steps: int = 1000, b: int = 8, seed: int = 0, track: bool = False):
+def easgd(p: int, gamma: float, eta: float, steps: int = 1000, b: int = 8, seed: int = 0, track: bool = False):
     """Synchronous EASGD (Zhang et al. 2015, eqs. for the symmetric round): worker i and the centre x̃
 
-        x_i ← x_i − η·g_i(x_i) − α·(x_i − x̃),     x̃ ← x̃ + α·Σ_i (x_i − x̃)     (β = p·α)
+        x_i ← x_i − η·g_i(x_i) − γ·(x_i − x̃),     x̃ ← x̃ + γ·Σ_i (x_i − x̃)     (Zhang's α = γ, β = p·γ)
 
     on least squares. Returns the centre's and the workers' final distances to w_opt, and (track) the
     largest drift of Σ_i x_i + x̃ from its value predicted by the gradient terms alone."""
@@ -118,8 +118,8 @@ def easgd(p: int, alpha: float, eta: float, steps: int = 1000, b: int = 8, seed:
         idx = rng.integers(0, len(y), (p, b))
         g = np.einsum("pbd,pb->pd", a[idx], np.einsum("pbd,pd->pb", a[idx], x) - y[idx]) / b
         diff = x - c
-        x = x - eta * g - alpha * diff
-        c = c + alpha * diff.sum(0)
+        x = x - eta * g - gamma * diff
+        c = c + gamma * diff.sum(0)
         if track:
             conserved = conserved - eta * g.sum(0)
             drift = max(drift, float(np.abs(x.sum(0) + c - conserved).max()))

@@ -25,7 +25,7 @@ def test_torch_func_per_sample_grads_equal_hand_derivation_and_autograd_loop():
 
 def test_b_simple_matches_two_batch_estimator_and_grows():
     """Experiment 1 / Lemma 2.5.4: the unbiased two-batch estimate agrees with the per-sample value; B_simple
-    grows along the path while tr Σ changes far less than |G|²."""
+    grows along the path while tr Σ changes far less than |∇𝓛|²."""
     path = page.noise_along_path()
     for r in path:
         est = page.two_batch_estimate(r["w"], 8, 256)
@@ -38,7 +38,7 @@ def test_b_simple_matches_two_batch_estimator_and_grows():
 
 
 def test_two_batch_identity_is_exact_in_expectation():
-    """Lemma 2.5.4: E|ĝ_B|² = |G|² + tr Σ / B, computed exactly over all with-replacement pairs for B = 2."""
+    """Lemma 2.5.4: E|ĝ_B|² = |∇𝓛|² + tr Σ / B, computed exactly over all with-replacement pairs for B = 2."""
     w = page.gd_path()[0][3]
     g = page.closed_form_grads(w)[:64]  # a small population so that all pairs can be enumerated
     mean = g.mean(0)
@@ -76,6 +76,18 @@ def test_sweep_shows_diminishing_returns_and_b_crit_within_path_range():
     path = page.noise_along_path()
     lo, hi = path[0]["B_simple"], next(r for r in path if r["gap"] == 0.2)["B_simple"]
     assert lo < fit["B_crit"] < math.sqrt(lo * hi)
+
+
+def test_figure_curve_is_the_corollary_hyperbola():
+    """Experiment 2's figure: the drawn fit satisfies (𝓢/𝓢_min − 1)(𝓔/𝓔_min − 1) = 1 and passes through the
+    fit's prediction at every measured B (the curve was once drawn at 𝓔 = 𝓢_min·B, off the hyperbola)."""
+    rows = page.sweep()
+    fit = page.fit_tradeoff(rows)
+    e, s = page.tradeoff_curve(fit, np.geomspace(0.5, 4096, 50))
+    np.testing.assert_allclose((s / fit["S_min"] - 1) * (e / fit["E_min"] - 1), 1.0, rtol=1e-9)
+    for r in rows:
+        e1, s1 = page.tradeoff_curve(fit, [r["B"]])
+        assert math.isclose(s1[0], fit["S_min"] * (1 + fit["B_crit"] / r["B"])) and math.isclose(e1[0], s1[0] * r["B"])
 
 
 def test_sweep_is_deterministic_and_matches_a_plain_loop():
@@ -132,13 +144,22 @@ def test_goyal_numbers():
         assert math.isclose(page.goyal_warmup_iterations(b) / (90 * page.IMAGENET_TRAIN / b), 5 / 90, rel_tol=0.01)
 
 
-def test_exercise_2_tradeoff_identities():
-    """Problem 2: at B = B_crit both ratios are 2; E = 1.1 E_min at B = 0.1 B_crit where S = 11 S_min."""
-    fit = page.fit_tradeoff(page.sweep())
+def test_exercise_2_fit_and_bracket():
+    """Problem 2: the fit is the weighted least-squares line of S on 1/B (recomputed here by the normal
+    equations), E_min = S_min·B_crit, and the two measured batches around B_crit straddle 2·S_min."""
+    rows = page.sweep()
+    fit = page.fit_tradeoff(rows)
+    inv_b = np.array([1 / r["B"] for r in rows])
+    s = np.array([r["S"] for r in rows], float)
+    x = np.stack([np.ones_like(inv_b), inv_b], axis=1)
+    w2 = 1 / s ** 2  # polyfit's w multiplies the residual, so the squared residual is weighted by 1/S²
+    s_min, e_min = np.linalg.solve(x.T @ (w2[:, None] * x), x.T @ (w2 * s))
+    assert math.isclose(fit["S_min"], s_min, rel_tol=1e-9) and math.isclose(fit["E_min"], e_min, rel_tol=1e-9)
+    assert math.isclose(fit["E_min"], fit["S_min"] * fit["B_crit"], rel_tol=1e-12)
     bc = fit["B_crit"]
-    for b, s_ratio, e_ratio in ((bc, 2, 2), (0.1 * bc, 11, 1.1)):
-        assert math.isclose(1 + bc / b, s_ratio) and math.isclose(1 + b / bc, e_ratio)
-        assert math.isclose((s_ratio - 1) * (e_ratio - 1), 1)
+    below = max((r for r in rows if r["B"] <= bc), key=lambda r: r["B"])
+    above = min((r for r in rows if r["B"] > bc), key=lambda r: r["B"])
+    assert min(below["S"], above["S"]) <= 2 * fit["S_min"] <= max(below["S"], above["S"])
 
 
 def test_cells_fit_the_budget():

@@ -12,22 +12,22 @@ from tests.conftest import cell_budget
 
 @pytest.mark.parametrize("tau", [0, 1, 2, 3, 4, 8, 16, 31])
 def test_delay_threshold_equals_characteristic_roots(tau):
-    """Theorem 2.6.3: just below c_τ every root of z^{τ+1} − z^τ + c is inside the unit circle, just above one is outside."""
+    """Theorem 2.6.3: just below c_κ every root of z^{κ+1} − z^κ + c is inside the unit circle, just above one is outside."""
     c = float(page.delay_threshold(tau))
     poly = lambda x: np.abs(np.roots([1.0, -1.0] + [0.0] * (tau - 1) + [x] if tau else [1.0, -1.0 + x])).max()  # noqa: E731
     assert poly(c * (1 - 1e-6)) < 1 < poly(c * (1 + 1e-4))
 
 
 def test_delay_threshold_matches_bisection_and_approximation():
-    """Experiment 2 / Problem 1: bisection of the simulated recursion agrees; π/(2τ) is within a few % at τ = 31."""
+    """Experiment 2 / Problem 1: bisection of the simulated recursion agrees; π/(2κ) is within a few % at κ = 31."""
     for tau in (0, 1, 2, 4, 8, 16):
         assert abs(page.measured_threshold(tau) - float(page.delay_threshold(tau))) < 2e-3
     assert abs(math.pi / 62 / float(page.delay_threshold(31)) - 1) < 0.05
 
 
 def test_parameter_server_fixed_lr_fails_and_scaled_lr_slows():
-    """Experiment 2: a fixed ηλ_max = 0.5 reaches the target iff c_τ > 0.5; with ηλ_max = c_τ/2 the updates
-    grow with τ (roughly ∝ 1/c_τ), random staleness never worse than the worst case."""
+    """Experiment 2: a fixed ηλ_max = 0.5 reaches the target iff c_κ > 0.5; with ηλ_max = c_κ/2 the updates
+    grow with κ (roughly ∝ 1/c_κ), random staleness never worse than the worst case."""
     prev = 0
     for tau in (0, 1, 2, 4, 8, 16):
         c = float(page.delay_threshold(tau))
@@ -43,8 +43,8 @@ def test_parameter_server_fixed_lr_fails_and_scaled_lr_slows():
 
 
 def test_easgd_conservation_and_centre():
-    """Theorem 2.6.4 / Experiment 3: Σx_i + x̃ changes only by the gradient terms; α = 0 leaves the centre at 0;
-    α > 0 puts the centre closer to w_opt than the workers; larger α, smaller spread."""
+    """Theorem 2.6.4 / Experiment 3: Σx_i + x̃ changes only by the gradient terms; γ = 0 leaves the centre at 0;
+    γ > 0 puts the centre closer to w_opt than the workers; larger γ, smaller spread."""
     _, _, w_opt, lam = page.least_squares()
     res = {a: page.easgd(4, a, 0.5 / lam, track=True) for a in (0.0, 0.01, 0.05, 0.2)}
     assert all(r["drift"] < 1e-10 for r in res.values())
