@@ -7,11 +7,22 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib import font_manager  # noqa: E402
+
+KOREAN_FONT = "Noto Sans CJK KR"
+if not any(f.name == KOREAN_FONT for f in font_manager.fontManager.ttflist):
+    # matplotlib's font list is cached (~/.cache/matplotlib) when it first runs; fonts installed later
+    # (`make browser-deps` installs fonts-noto-cjk) stay invisible until it is rebuilt. Rescan once; the
+    # rebuilt list is written back, so later processes read it. Without the font, labels fall back to DejaVu.
+    try:
+        font_manager.fontManager = font_manager._load_fontmanager(try_read_cache=False)
+    except Exception:  # noqa: BLE001 - a private helper; the fallback font still renders the figure
+        pass
 
 plt.rcParams.update({
     "svg.fonttype": "none",      # text stays text: the browser's (Korean-capable) fonts draw it
     "svg.hashsalt": "book",      # deterministic ids: the same figure gives the same bytes
-    "font.family": ["Noto Sans CJK KR", "DejaVu Sans", "sans-serif"],
+    "font.family": [KOREAN_FONT, "DejaVu Sans", "sans-serif"],
     "axes.grid": True,
     "grid.alpha": 0.3,
     "figure.dpi": 100,
