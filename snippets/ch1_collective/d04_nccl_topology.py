@@ -282,7 +282,7 @@ def topology_figure(cases: list[dict]) -> str:
         labels = {v: v.split("/")[-1].replace("GPU", "G").replace("NIC", "N") for v in und.nodes
                   if und.nodes[v]["kind"] != "gpu" or len(und) < 30}
         nx.draw_networkx_labels(und, pos, labels=labels, ax=ax, font_size=6)
-        ax.set_title(f"{case['name']}\nB = {b['B']:.1f} GB/s ({b['kind']}, 빨강)", fontsize=9)
+        ax.set_title(f"{case['name']}\nBW = {b['B']:.1f} GB/s ({b['kind']}, 빨강)", fontsize=9)
         ax.set_axis_off()
     return figures.svg(fig)
 
@@ -430,7 +430,7 @@ def selection_figure(node_counts, bus_single: float, bus_multi: float, ppn: int 
             ax.axvline(x, color="k", lw=0.6, ls=":")
         ax.set_ylim(0.95, 4)
         ax.set_xlabel("S (bytes)")
-        ax.set_title(f"{nodes} node × {ppn} GPU (N = {nodes * ppn}), B = {bus:g} GB/s", fontsize=9)
+        ax.set_title(f"{nodes} node × {ppn} GPU (N = {nodes * ppn}), BW = {bus:g} GB/s", fontsize=9)
     np.atleast_1d(axes)[0].set_ylabel("예측 시간 / 최솟값")
     np.atleast_1d(axes)[0].legend(fontsize=7)
     return figures.svg(fig)
