@@ -4,7 +4,7 @@
 # 이 실습은 노트북 PC 의 CPU 에서도 돕니다. gloo backend 로 process 2 개를 띄워
 #
 # 1. **ZeRO-1 을 손으로** 구현합니다: bf16 파라미터와 gradient 는 모든 rank 가 갖고, fp32 master weight 와 Adam 의
-#    m, v 는 rank 마다 1/N 씩만 갖습니다. gradient 는 `reduce_scatter_single` 로 합치되 각 rank 가 자기 조각의 합만 받고
+#    μ, ν 는 rank 마다 1/N 씩만 갖습니다. gradient 는 `reduce_scatter_single` 로 합치되 각 rank 가 자기 조각의 합만 받고
 #    ($N$ 으로 나눠 평균), 각 rank 는 자기 조각만 update 한 뒤 `all_gather_single` 로 모두에게 돌려줍니다. 코드를 짧게 하려고
 #    두 collective 모두 fp32 로 합니다. ReduceScatter + AllGather 는 논문의 $2\psi$ 로, data parallel 의 AllReduce 와 같은
 #    양입니다. DeepSpeed 0.19.8 의 기본 경로는 ReduceScatter 대신 AllReduce 를 써서 1.5 배를 보냅니다 (Ch5-02 의 정리 5.2.6).
@@ -57,7 +57,7 @@ for key in ("params", "grads", "optimizer"):
 # %%
 fsdp = lab.run(lab.fsdp2_worker, WORLD)
 for r, m in enumerate(fsdp):
-    print(f"rank {r}: params {m['params']:,} B, grads {m['grads']:,} B, optimizer (m, v) {m['optimizer']:,} B")
+    print(f"rank {r}: params {m['params']:,} B, grads {m['grads']:,} B, optimizer (μ, ν) {m['optimizer']:,} B")
 
 # %% [markdown]
 # 16-bit 사본이 없으므로 항목별로는 ZeRO-3 표와 다르게 나뉩니다 (파라미터 $4\psi/N$, gradient $4\psi/N$, m·v

@@ -282,7 +282,7 @@ def topology_figure(cases: list[dict]) -> str:
         labels = {v: v.split("/")[-1].replace("GPU", "G").replace("NIC", "N") for v in und.nodes
                   if und.nodes[v]["kind"] != "gpu" or len(und) < 30}
         nx.draw_networkx_labels(und, pos, labels=labels, ax=ax, font_size=6)
-        ax.set_title(f"{case['name']}\nB = {b['B']:.1f} GB/s ({b['kind']}, 빨강)", fontsize=9)
+        ax.set_title(f"{case['name']}\nBW = {b['B']:.1f} GB/s ({b['kind']}, 빨강)", fontsize=9)
         ax.set_axis_off()
     return figures.svg(fig)
 
@@ -430,7 +430,7 @@ def selection_figure(node_counts, bus_single: float, bus_multi: float, ppn: int 
             ax.axvline(x, color="k", lw=0.6, ls=":")
         ax.set_ylim(0.95, 4)
         ax.set_xlabel("S (bytes)")
-        ax.set_title(f"{nodes} node × {ppn} GPU (N = {nodes * ppn}), B = {bus:g} GB/s", fontsize=9)
+        ax.set_title(f"{nodes} node × {ppn} GPU (N = {nodes * ppn}), BW = {bus:g} GB/s", fontsize=9)
     np.atleast_1d(axes)[0].set_ylabel("예측 시간 / 최솟값")
     np.atleast_1d(axes)[0].legend(fontsize=7)
     return figures.svg(fig)
@@ -590,32 +590,32 @@ def render_capture(data: dict, max_lines: int = 40) -> str:
 
 # --8<-- [start:hier]
 def hierarchical_allreduce(x: np.ndarray, nodes: int, per_node: int) -> dict:
-    """2D AllReduce moving real arrays: x[r] is rank r = node·g + local's input (g = per_node).
+    """2D AllReduce moving real arrays: x[r] is rank r = node·n_gpu + local's input (n_gpu = per_node).
 
-    1. in each node, ring ReduceScatter over its g ranks: local rank l ends with block l summed over the node;
+    1. in each node, ring ReduceScatter over its n_gpu ranks: local rank l ends with block l summed over the node;
     2. for each l (a "rail": local rank l of every node, with its own NIC), ring AllReduce of block l
-       across the G nodes;
-    3. in each node, ring AllGather of the g reduced blocks.
+       across the n_node nodes;
+    3. in each node, ring AllGather of the n_gpu reduced blocks.
     Returns the result and, per rank, the bytes sent inside nodes and across nodes, and the steps.
     """
     from snippets.ch1_collective.d01_collective_taxonomy import ring_all_gather, ring_reduce_scatter
     from snippets.ch1_collective.d03_ring_allreduce import ring_allreduce
 
     n, count = x.shape
-    g, G = per_node, nodes
-    assert n == g * G and count % g == 0
+    n_gpu, n_node = per_node, nodes
+    assert n == n_gpu * n_node and count % n_gpu == 0
     intra, inter = np.zeros(n, np.int64), np.zeros(n, np.int64)
-    node_ranks = [np.arange(k * g, (k + 1) * g) for k in range(G)]
-    blocks = np.zeros((G, g, count // g), dtype=x.dtype)
-    block_bytes = count // g * x.dtype.itemsize              # every intra-node ring step sends one block S/g
+    node_ranks = [np.arange(k * n_gpu, (k + 1) * n_gpu) for k in range(n_node)]
+    blocks = np.zeros((n_node, n_gpu, count // n_gpu), dtype=x.dtype)
+    block_bytes = count // n_gpu * x.dtype.itemsize              # every intra-node ring step sends one block S/n_gpu
     intra_steps = 0
     for k, rs in enumerate(node_ranks):                      # phase 1: ReduceScatter inside node k
         blocks[k], sent = ring_reduce_scatter(x[rs])
         intra[rs] += sent
     intra_steps += int(sent.max()) // block_bytes            # steps counted from the messages actually sent
     inter_steps = 0
-    for l in range(g):                                       # phase 2: AllReduce across nodes on rail l
-        if G > 1:
+    for l in range(n_gpu):                                       # phase 2: AllReduce across nodes on rail l
+        if n_node > 1:
             blocks[:, l], sent, _, inter_steps = ring_allreduce(blocks[:, l])
             inter[[rs[l] for rs in node_ranks]] += sent
     out = np.empty_like(x)
@@ -629,18 +629,18 @@ def hierarchical_allreduce(x: np.ndarray, nodes: int, per_node: int) -> dict:
 
 def hierarchical_check(nodes: int, per_node: int, elems: int = 4) -> dict:
     """Run the 2D AllReduce on random integers; put its counts beside Theorem 1.4.9's."""
-    g, G = per_node, nodes
-    n, count = g * G, g * G * elems
+    n_gpu, n_node = per_node, nodes
+    n, count = n_gpu * n_node, n_gpu * n_node * elems
     x = np.random.default_rng(n).integers(-8, 8, size=(n, count)).astype(np.float32)
-    r = hierarchical_allreduce(x, G, g)
+    r = hierarchical_allreduce(x, n_node, n_gpu)
     s = count * 4
-    return {"G": G, "g": g, "N": n, "S": s, "correct": bool(np.array_equal(r["out"], np.broadcast_to(x.sum(0), x.shape))),
+    return {"n_node": n_node, "n_gpu": n_gpu, "N": n, "S": s, "correct": bool(np.array_equal(r["out"], np.broadcast_to(x.sum(0), x.shape))),
             "intra_max": int(r["intra_sent"].max()), "intra_min": int(r["intra_sent"].min()),
-            "f_intra": 2 * (g - 1) * s / g,
+            "f_intra": 2 * (n_gpu - 1) * s / n_gpu,
             "inter_max": int(r["inter_sent"].max()), "inter_min": int(r["inter_sent"].min()),
-            "f_inter": 2 * (G - 1) * s / (g * G),
+            "f_inter": 2 * (n_node - 1) * s / (n_gpu * n_node),
             "total": int((r["intra_sent"] + r["inter_sent"]).max()), "bound": 2 * (n - 1) * s / n,
-            "steps": r["intra_steps"] + r["inter_steps"], "f_steps": 2 * (g - 1) + 2 * (G - 1)}
+            "steps": r["intra_steps"] + r["inter_steps"], "f_steps": 2 * (n_gpu - 1) + 2 * (n_node - 1)}
 # --8<-- [end:hier]
 
 
@@ -659,7 +659,7 @@ def hier_time_rows(node_counts=(2, 16), per_node: int = 8, sizes=(1 << 20, 64 <<
     rows = []
     for G in node_counts:
         for s in sizes:
-            rows.append({"G": G, "S": s,
+            rows.append({"n_node": G, "S": s,
                          "flat1": float(ab.flat_ring_two_level_time(G, per_node, s, **c)),
                          "flatk": float(ab.flat_ring_two_level_time(G, per_node, s, **c, channels=per_node)),
                          "hier": float(ab.hierarchical_allreduce_time(G, per_node, s, **c))})
@@ -676,7 +676,7 @@ def step_budget(b: dict = BUDGET) -> dict:
     """Gradient bytes, AllReduce time (2D, Theorem 1.4.9), backward compute time, and the overlap condition.
 
     Backward ≈ 2 × forward ≈ 4ψ FLOPs per token (forward 2ψ: one multiply-add per parameter per token).
-    AllReduce can hide behind backward only if T_comm ≤ T_bwd, i.e. tokens per GPU ≥ τ* = T_comm·F·MFU/(4ψ).
+    AllReduce can hide behind backward only if T_comm ≤ T_bwd, i.e. tokens per GPU ≥ τ*_AR = T_comm·F_peak·MFU/(4ψ).
     """
     c = hier_constants()
     psi, s = b["params"], b["params"] * b["grad_bytes_per_param"]

@@ -67,14 +67,14 @@ def op_means(e: dict) -> dict:
 
 
 def hop_estimate(naive: dict) -> float:
-    """δ from a naive run (m = 1): no two ranks compute at once, so T − ΣW = 2(p−1)δ (Theorem 4.1.6)."""
+    """T_hop from a naive run (m = 1): no two ranks compute at once, so T − ΣT_busy = 2(p−1)T_hop (Theorem 4.1.6)."""
     b = ps.measured_bubbles(ps.measured_rows(naive))
     p = len(b["busy"])
     return (b["makespan"] - sum(b["busy"])) / (2 * (p - 1))
 
 
 def predicted(e: dict, delta: float) -> ps.Timeline:
-    """The simulator fed with this run's measured mean F and B times and the hop time δ."""
+    """The simulator fed with this run's measured mean F and B times and the hop time T_hop."""
     t = op_means(e)
     p = len(e["timeline"])
     return ps.simulate("gpipe", p, e["m"], t_f=t["F"], t_b=t["B"], t_w=0.0, t_comm=delta)

@@ -201,7 +201,7 @@ def deepspeed_comparison_rows(ds_runs) -> list[dict]:
     """DeepSpeed ZeRO-3 measured (zero_bench) next to the FSDP2 and DeepSpeed cutting rules, same model.
 
     zero_bench runs ZeRO-3 with stage3_param_persistence_threshold = 0, so the DeepSpeed rule is
-    applied with threshold 0; FSDP2 is predicted for fully_shard on every Linear (G = layers).
+    applied with threshold 0; FSDP2 is predicted for fully_shard on every Linear (n_grp = layers).
     """
     out = []
     for run in ds_runs:

@@ -109,7 +109,7 @@ def deepspeed_source_lines(relpath: str = "runtime/zero/stage_1_and_2.py") -> di
 
 
 # --8<-- [start:model]
-ADAM_CPU_BYTES = 4 * 4 + 3 * 4 + PARAM_BYTES  # read master, grad, m, v (fp32); write master, m, v; write 16-bit param
+ADAM_CPU_BYTES = 4 * 4 + 3 * 4 + PARAM_BYTES  # read master, grad, μ, ν (fp32); write master, μ, ν; write 16-bit param
 NVME_BYTES = 2 * K_ADAM                       # optimizer state on NVMe: read 12 B and write 12 B per parameter
 
 
@@ -119,7 +119,7 @@ def step_times(psi, tokens, n: int = 1, hw: Hardware = ASSUMED, pcie: float | No
 
     psi: parameters; tokens: tokens per GPU per step (micro-batch × sequence × accumulation).
     gpu  = 6 ψ tokens / F                      (forward + backward)
-    pcie = c_L ψ/N / W_pcie                    (c_L = 6 shipped: fp32 grads down + 16-bit params up;
+    pcie = c_L ψ/N / BW_pcie                    (c_L = 6 shipped: fp32 grads down + 16-bit params up;
                                                 c_L = 4 in the paper: 16-bit both ways)
     cpu  = ADAM_CPU_BYTES ψ/N / B_cpu          (bandwidth-bound CPU Adam on this rank's shard)
     nvme = NVME_BYTES ψ/N / B_nvme             (only for offload='nvme': swap the optimizer state)
@@ -251,7 +251,7 @@ def bench_rows(result, rank: int = 0) -> list[dict]:
 
 
 # --8<-- [start:probe]
-ADAM_TORCH_BYTES = 4 * 4 + 3 * 4  # torch AdamW on fp32: read param, grad, m, v; write param, m, v
+ADAM_TORCH_BYTES = 4 * 4 + 3 * 4  # torch AdamW on fp32: read param, grad, μ, ν; write param, μ, ν
 
 
 def probe_rows(result) -> list[dict]:
@@ -344,7 +344,7 @@ def gpu_section(runs) -> str:
         probes = [p for p in probe_rows(r) if "pcie_h2d_GBps" in p]
         if probes:
             out.append(results.markdown_table(
-                ["rank", "pinned HtoD (GB/s, 측정)", "pinned DtoH (GB/s, 측정)", "가정한 W_pcie, Gen4 (GB/s)",
+                ["rank", "pinned HtoD (GB/s, 측정)", "pinned DtoH (GB/s, 측정)", "가정한 BW_pcie, Gen4 (GB/s)",
                  "CPU AdamW (ms, 측정)", "대역폭 하한 (ms)"],
                 [[p["rank"], f"{p['pcie_h2d_GBps']:.1f}", f"{p['pcie_d2h_GBps']:.1f}", f"{ASSUMED.pcie / GB:.1f}",
                   f"{p['adam_ms']:.1f}", f"{p['adam_bound_ms']:.1f}"] for p in probes]))

@@ -51,7 +51,7 @@ def _dump(outdir: str, rank: int, data: dict):
 
 # --8<-- [start:manual]
 def manual_zero1_worker(rank: int, world: int, store: str, outdir: str):
-    """ZeRO-1 by hand: bf16 params and grads replicated; fp32 master + Adam m, v sharded 1/N."""
+    """ZeRO-1 by hand: bf16 params and grads replicated; fp32 master + Adam μ, ν sharded 1/N."""
     _init(rank, world, store)
     model = make_model().to(torch.bfloat16)
     params = list(model.parameters())

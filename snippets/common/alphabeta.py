@@ -72,16 +72,16 @@ def binary_tree_time(n, s, alpha, beta):
 
 # --8<-- [start:hier-costs]
 def hierarchical_allreduce_time(nodes, per_node, s, alpha_intra, beta_intra, alpha_inter, beta_inter):
-    """2D AllReduce on G = `nodes` nodes of g = `per_node` ranks, local rank l using NIC l:
-    ring ReduceScatter in each node (g−1 steps of S/g), ring AllReduce across nodes on each of
-    the g rails (2(G−1) steps of S/(gG)), ring AllGather in each node (g−1 steps of S/g)."""
-    g, G = np.asarray(per_node, dtype=float), np.asarray(nodes, dtype=float)
-    return (2 * (g - 1) * (alpha_intra + s / g * beta_intra)
-            + 2 * (G - 1) * (alpha_inter + s / (g * G) * beta_inter))
+    """2D AllReduce on n_node = `nodes` nodes of n_gpu = `per_node` ranks, local rank l using NIC l:
+    ring ReduceScatter in each node (n_gpu−1 steps of S/n_gpu), ring AllReduce across nodes on each of
+    the n_gpu rails (2(n_node−1) steps of S/N), ring AllGather in each node (n_gpu−1 steps of S/n_gpu)."""
+    n_gpu, n_node = np.asarray(per_node, dtype=float), np.asarray(nodes, dtype=float)
+    return (2 * (n_gpu - 1) * (alpha_intra + s / n_gpu * beta_intra)
+            + 2 * (n_node - 1) * (alpha_inter + s / (n_gpu * n_node) * beta_inter))
 
 
 def flat_ring_two_level_time(nodes, per_node, s, alpha_intra, beta_intra, alpha_inter, beta_inter, channels=1):
-    """One ring over all N = G·g ranks, laid out node by node, split into `channels` rings that use
+    """One ring over all N = n_node·n_gpu ranks, laid out node by node, split into `channels` rings that use
     different NICs (NCCL's channels). Every one of its 2(N−1) steps has hops inside nodes and
     hops across nodes; the step lasts as long as the slower kind. Per step a GPU's intra-node link
     carries S/N in total (all channels), a NIC carries S/(channels·N)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 PARAM_BYTES = 2      # 16-bit parameters
 GRAD_BYTES = 2       # 16-bit gradients
-K_ADAM = 12          # fp32 master weights + Adam m + Adam v
+K_ADAM = 12          # fp32 master weights + Adam μ + Adam ν (moments)
 GB = 1e9
 GIB = 2 ** 30
 

@@ -83,7 +83,7 @@ def _meta_model_states(psi: int, n: int, stage: int) -> int:
     shard = lambda on: psi // n if on else psi  # noqa: E731
     arrays = [torch.empty(shard(stage >= 3), dtype=torch.bfloat16, device="meta"),   # θ16
               torch.empty(shard(stage >= 2), dtype=torch.bfloat16, device="meta")]   # g16
-    arrays += [torch.empty(shard(stage >= 1), dtype=torch.float32, device="meta") for _ in range(3)]  # θ32, m, v
+    arrays += [torch.empty(shard(stage >= 1), dtype=torch.float32, device="meta") for _ in range(3)]  # θ32, μ, ν
     return sum(t.nbytes for t in arrays)
 
 

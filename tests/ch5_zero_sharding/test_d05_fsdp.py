@@ -54,7 +54,7 @@ def test_committed_collectives_equal_theorem_554():
     """Experiment 2: calls and bytes per phase equal the prediction for every configuration."""
     for n, run in _runs().items():
         m = run.measurements
-        assert [g["name"] for g in m["groups"]][0].startswith("root") and len(m["groups"]) == 5  # G = root + 4 blocks
+        assert [g["name"] for g in m["groups"]][0].startswith("root") and len(m["groups"]) == 5  # n_grp = root + 4 blocks
         assert sum(g["numel"] for g in m["groups"]) == m["psi"]
         for rec in m["configs"]:
             pb = 2 if rec["param_dtype"] == "bfloat16" else 4
@@ -199,8 +199,8 @@ def test_fsdp_bench_tiny_preset_for_real(run_tiny):
 
 
 def test_cpu_step_time_prediction_is_g_ring_allgathers():
-    """Experiment 3: the predicted extra time of `True` over `False` is G ring all-gathers of the padded model
-    (G = root + 4 blocks) on the α-β fit of Ch1's gloo measurement. Whether the timing spread hides it depends
+    """Experiment 3: the predicted extra time of `True` over `False` is n_grp ring all-gathers of the padded model
+    (n_grp = root + 4 blocks) on the α-β fit of Ch1's gloo measurement. Whether the timing spread hides it depends
     on the machine, so the page prints that verdict from the file instead of asserting it."""
     run = _runs()[2]
     alpha, beta = page.gloo_allgather_fit(2)

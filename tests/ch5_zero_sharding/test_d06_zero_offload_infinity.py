@@ -119,8 +119,8 @@ def test_accumulation_moves_16bit_grads_every_micro_batch_unless_fp32_accumulati
 
 
 def test_step_model_uses_the_shipped_link_bytes():
-    """Definition 5.6.2 / Theorem 5.6.5 with c_L: the PCIe term is c_L ψ/N / W, 6 by default, 4 for the paper;
-    the threshold grows by exactly (6 − 4)/W · F/(6N)."""
+    """Definition 5.6.2 / Theorem 5.6.5 with c_L: the PCIe term is c_L ψ/N / BW, 6 by default, 4 for the paper;
+    the threshold grows by exactly (6 − 4)/BW · F/(6N)."""
     psi, n, w = 3e9, 4, 1e9
     assert float(page.step_times(psi, 1, n, pcie=w)["pcie"]) == pytest.approx(6 * psi / n / w)
     assert float(page.step_times(psi, 1, n, pcie=w, link_bytes=4)["pcie"]) == pytest.approx(4 * psi / n / w)
@@ -130,7 +130,7 @@ def test_step_model_uses_the_shipped_link_bytes():
 
 
 def test_exercise1_shipped_bytes_change_the_conclusion():
-    """Exercise 1: at τ = 8192 (13B, N = 1, W_cpu = 200 GB/s) the paper's 4ψ says offload hides, DeepSpeed's 6ψ says it does not."""
+    """Exercise 1: at τ = 8192 (13B, N = 1, BW_cpu = 200 GB/s) the paper's 4ψ says offload hides, DeepSpeed's 6ψ says it does not."""
     from dataclasses import replace
 
     hw = replace(page.ASSUMED, cpu_bw=200 * zm.GB)
