@@ -57,7 +57,7 @@ for nbytes, dtype, shape in sorted(seen.values(), reverse=True):
 #
 # 논문의 식은 dropout mask 를 1 byte 로 셉니다 ($\delta = 1$). CPU 의 dropout 은 activation 과 같은 dtype (bf16, 2 bytes) 의 noise
 # tensor 를 저장하므로 $\delta = 2$ 이고, 식은 $sbh(36 + 6as/h)$ 가 됩니다. 그 밖에 LayerNorm 두 개가 token 마다 평균과 rstd 를
-# 저장합니다 ($4sb$ 원소, 이 CPU 에서 bf16).
+# 저장합니다 ($4sb$ 원소, CPU 에서 bf16).
 
 # %%
 paper = am.no_parallel(s, b, h, a)

@@ -86,6 +86,7 @@ def gpt3_tradeoff(t: int = 8):
     return {
         "saving_no_tp": 1 - am.layer_bytes(s, 1, h, a, recompute="selective") / am.layer_bytes(s, 1, h, a),
         "saving_tp_sp": 1 - am.tensor_sequence_parallel_selective(s, 1, h, a, t) / am.tensor_sequence_parallel(s, 1, h, a, t),
+        "saving_tp": 1 - am.tensor_parallel_selective(s, 1, h, a, t) / am.tensor_parallel(s, 1, h, a, t),
         "tp_over_sp_sel": am.tensor_parallel(s, 1, h, a, t) / am.tensor_sequence_parallel_selective(s, 1, h, a, t),
         "paper": recompute_overhead(s, h, "paper"), "core": recompute_overhead(s, h, "core"),
         "qk": recompute_overhead(s, h, "qk"), "full": recompute_overhead(s, h, "full"),

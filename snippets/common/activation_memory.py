@@ -31,7 +31,7 @@ class Term:
     size = coef · sbh  (kind "sbh")  or  coef · as²b  (kind "as2b"), in units of *elements*;
     bytes = size · (act_bytes, or mask_bytes for a dropout mask).
     tp_sharded: split over t by Megatron tensor parallelism (inside the column/row linears).
-    sp_sharded: split over t once sequence parallelism is on (every term: §4.2.2).
+    With sequence parallelism (``sp=True`` below) every term is split over t (§4.2.2).
     core_attention: dropped by selective recomputation (§5: QKᵀ, softmax, dropout, ·V).
     """
     name: str

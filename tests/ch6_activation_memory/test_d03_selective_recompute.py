@@ -66,6 +66,10 @@ def test_gpt3_numbers_of_the_paper():
     """Experiment 4 / errata row 28: −70 % activations, +2.7 % FLOPs (paper's accounting), 1.6 % for 530B, 5.4×."""
     g = page.gpt3_tradeoff(t=8)
     assert round(g["saving_no_tp"], 2) == 0.70 and g["saving_tp_sp"] == pytest.approx(g["saving_no_tp"])
+    # Theorem 6.3.3: without SP the unsharded 10sbh stays in the denominator, so TP alone saves less
+    gg = am.GPT3
+    x = 5 * gg["a"] * gg["s"] / (gg["h"] * 8)
+    assert g["saving_tp"] == pytest.approx(x / (10 + 24 / 8 + x)) and g["saving_tp"] < g["saving_no_tp"] - 0.2
     assert round(g["paper"], 3) == 0.027 and round(g["paper_530b"], 3) == 0.016
     assert g["core"] == pytest.approx(1 / 111) and g["core"] < 0.01 and g["qk"] == pytest.approx(g["core"] / 2)
     assert g["full"] == pytest.approx(1 / 3)

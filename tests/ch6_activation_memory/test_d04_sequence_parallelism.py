@@ -78,6 +78,19 @@ def test_ring_bytes_sent_is_ring_allreduce_decomposition():
         page.ring_bytes_sent("broadcast", 1, 2)
 
 
+def test_exercise_2_rabenseifner_equals_rs_plus_ag_including_latency():
+    """Exercise 2: in the α-β model the Rabenseifner all-reduce equals RS + AG in bytes AND in α count."""
+    import numpy as np
+
+    from snippets.common import alphabeta as ab
+
+    for t in (2, 4, 8, 64):
+        S, alpha, beta = 2 * 2048 * 12288, 5e-6, 1 / 100e9
+        half = np.log2(t) * alpha + (t - 1) / t * S * beta
+        assert float(ab.rabenseifner_time(t, S, alpha, beta)) == pytest.approx(2 * half)
+        assert float(ab.rabenseifner_time(t, 0, alpha, beta)) == pytest.approx(2 * np.log2(t) * alpha)
+
+
 def test_long_context_formulas():
     """Experiment 4: all three divide activations by c; ring sends ≈ 4sbh regardless of c; Ulysses shrinks as 1/c."""
     s, b, h, a = 131072, 1, 12288, 96
