@@ -18,7 +18,12 @@ from snippets.slugs import slugify
 
 ROOT = book.ROOT
 sys.path.insert(0, str(ROOT / "scripts"))
+# importing hooks.py drops this repository's modules from sys.modules (mkdocs serve re-imports them on each
+# rebuild); keep the ones other test modules already hold, so `is` checks elsewhere see one module object
+_kept = {k: v for k, v in sys.modules.items() if k.split(".")[0] in ("snippets", "gpu_runs")}
 import hooks  # noqa: E402
+
+sys.modules.update(_kept)
 
 from mkdocs.exceptions import PluginError  # noqa: E402
 
