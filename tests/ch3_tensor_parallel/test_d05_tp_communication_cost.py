@@ -128,3 +128,19 @@ def test_ring_allgather_is_half_an_allreduce():
 
     for t in (2, 8, 64):
         assert 2 * tp_cost.ring_allgather_time(t, 1e6, 1e-6, 1e-9) == pytest.approx(float(ring_allreduce_time(t, 1e6, 1e-6, 1e-9)))
+
+
+def test_figure_and_tables_fit_the_cell_budget():
+    """GUIDE: a build-time cell runs in under 1 s (CPU time of this thread, scaled by the machine's speed)."""
+    import time
+
+    from tests.conftest import cell_budget
+
+    t0 = time.thread_time()
+    svg = page.scaling_figure()
+    assert "<svg" in svg and time.thread_time() - t0 < cell_budget()
+    t0 = time.thread_time()
+    page.layer_time_rows(8, 1, 2048, 12288)
+    page.cpu_fit(2)
+    page.measured_counts(page.tp_runs()[0])
+    assert time.thread_time() - t0 < cell_budget()
