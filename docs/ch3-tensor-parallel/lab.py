@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Chapter 3 실습: Megatron 의 f 와 g 를 손으로, 그리고 DTensor 와 비교하기
+# # Chapter 3 실습: Megatron 의 f 연산자와 g 연산자를 손으로, 그리고 DTensor 와 비교하기
 #
 # 이 노트북은 노트북 PC 의 CPU 에서 돕니다. gloo backend 로 process 2 개를 띄워
 #
