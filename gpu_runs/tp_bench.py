@@ -222,13 +222,14 @@ def run_case(cfg: dict, mesh, kind: str, x_requires_grad: bool = True) -> dict:
     b, s, h, a = cfg["b"], cfg["s"], cfg["h"], cfg["a"]
     t, rank = mesh.size(), mesh.get_local_rank()
     torch.manual_seed(0)
-    ref = make(kind, h, a)
+    dev = mesh.device_type
+    ref = make(kind, h, a).to(dev)
     torch.manual_seed(0)
-    tp = parallelize_module(make(kind, h, a), mesh, PLANS[kind]())
+    tp = parallelize_module(make(kind, h, a).to(dev), mesh, PLANS[kind]())
     d_in, d_out = {"col": (h, 4 * h), "row": (4 * h, h)}.get(kind, (h, h))
     g = torch.Generator().manual_seed(1)
-    x = torch.randn(b, s, d_in, generator=g)
-    dy = torch.randn(b, s, d_out, generator=g)
+    x = torch.randn(b, s, d_in, generator=g).to(dev)  # drawn on the CPU: the same numbers on every device
+    dy = torch.randn(b, s, d_out, generator=g).to(dev)
     every = slice(None)
     seq = slice(rank * s // t, (rank + 1) * s // t)  # SP: this rank's sequence shard
     mine = lambda n: slice(rank * n // t, (rank + 1) * n // t)  # noqa: E731 - this rank's feature columns
@@ -281,8 +282,8 @@ def indivisible_heads(cfg: dict, mesh) -> dict:
     hd = 8
     h = a * hd
     torch.manual_seed(0)
-    m = parallelize_module(Attention(h, a), mesh, PLANS["attn_prepared"]())
-    x = torch.randn(1, 4, h)
+    m = parallelize_module(Attention(h, a).to(mesh.device_type), mesh, PLANS["attn_prepared"]())
+    x = torch.randn(1, 4, h).to(mesh.device_type)
     try:
         m(x)
         outcome, message = "ran", ""
@@ -302,37 +303,44 @@ def naive_split(cfg: dict, env: harness.Env, timing: bool) -> dict:
     torch.manual_seed(0)
     full = nn.Sequential(*[nn.Sequential(nn.Linear(w, w), nn.GELU()) for _ in range(layers)])
     half = layers // 2
-    stage = full[:half] if env.rank == 0 else full[half:]
+    dev = env.device
+    stage = (full[:half] if env.rank == 0 else full[half:]).to(dev)
     g = torch.Generator().manual_seed(2)
-    x = torch.randn(rows, w, generator=g)
-    target = torch.randn(rows, w, generator=g)
+    x = torch.randn(rows, w, generator=g).to(dev)
+    target = torch.randn(rows, w, generator=g).to(dev)
     # reference loss and first-layer gradient on one process
     ref = nn.Sequential(*[nn.Sequential(nn.Linear(w, w), nn.GELU()) for _ in range(layers)])
     ref.load_state_dict(full.state_dict())
+    ref.to(dev)
     F.mse_loss(ref(x), target).backward()
+
+    def now():  # on a GPU, a compute interval ends when its kernels have finished
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        return time.perf_counter()
 
     def step(log=None, t0=0.0):
         def mark(kind, start):
             if log is not None:
-                log.append((kind, start - t0, time.perf_counter() - t0))
+                log.append((kind, start - t0, now() - t0))
         if env.rank == 0:
-            s0 = time.perf_counter()
+            s0 = now()
             act = stage(x)
             mark("F", s0)
             dist.send(act.detach().contiguous(), dst=1)
             grad = torch.empty_like(act)
             dist.recv(grad, src=1)
-            s0 = time.perf_counter()
+            s0 = now()
             act.backward(grad)
             mark("B", s0)
             return None
-        inp = torch.empty(rows, w)
+        inp = torch.empty(rows, w, device=dev)
         dist.recv(inp, src=0)
         inp.requires_grad_(True)
-        s0 = time.perf_counter()
+        s0 = now()
         loss = F.mse_loss(stage(inp), target)
         mark("F", s0)
-        s0 = time.perf_counter()
+        s0 = now()
         loss.backward()
         mark("B", s0)
         dist.send(inp.grad.contiguous(), dst=0)
@@ -355,10 +363,10 @@ def naive_split(cfg: dict, env: harness.Env, timing: bool) -> dict:
                 p.grad = None
             log: list = []
             dist.barrier()
-            t0 = time.perf_counter()
+            t0 = now()
             step(log, t0)
             dist.barrier()
-            total = time.perf_counter() - t0
+            total = now() - t0
             if it >= nc["warmup"]:
                 timelines.append(log)
                 totals.append(total)

@@ -56,38 +56,38 @@ class SimGroup:
         return [total.copy() for _ in parts]
 
 
-def f_forward(g, xs):   # Megatron's f: identity forward …
+def f_forward(grp, xs):   # Megatron's f: identity forward …
     return xs
 
 
-def f_backward(g, dxs):  # … all-reduce backward
-    return g.all_reduce(dxs, "backward")
+def f_backward(grp, dxs):  # … all-reduce backward
+    return grp.all_reduce(dxs, "backward")
 
 
-def g_forward(g, ys):   # Megatron's g: all-reduce forward …
-    return g.all_reduce(ys, "forward")
+def g_forward(grp, ys):   # Megatron's g: all-reduce forward …
+    return grp.all_reduce(ys, "forward")
 
 
-def g_backward(g, dys):  # … identity backward
+def g_backward(grp, dys):  # … identity backward
     return dys
 
 
-def column_layer(g, X, W, dY):
+def column_layer(grp, X, W, dY):
     """f, then Y_r = X W_r. Forward and backward on t simulated ranks; returns (Y_r, dX, dW_r)."""
-    Ws = np.array_split(W, g.t, axis=1)
-    xs = f_forward(g, [X.copy() for _ in range(g.t)])
+    Ws = np.array_split(W, grp.t, axis=1)
+    xs = f_forward(grp, [X.copy() for _ in range(grp.t)])
     ys = [x @ Wr for x, Wr in zip(xs, Ws)]
-    dys = np.array_split(dY, g.t, axis=1)       # the output gradient arrives sharded like Y
+    dys = np.array_split(dY, grp.t, axis=1)       # the output gradient arrives sharded like Y
     dWs = [x.T @ dy for x, dy in zip(xs, dys)]
-    dxs = f_backward(g, [dy @ Wr.T for dy, Wr in zip(dys, Ws)])
+    dxs = f_backward(grp, [dy @ Wr.T for dy, Wr in zip(dys, Ws)])
     return ys, dxs, dWs
 
 
-def row_layer(g, X, W, dY):
+def row_layer(grp, X, W, dY):
     """Y_r = X_r W_r, then g. Input arrives sharded by columns; output and its gradient replicated."""
-    Ws, xs = np.array_split(W, g.t, axis=0), np.array_split(X, g.t, axis=1)
-    ys = g_forward(g, [x @ Wr for x, Wr in zip(xs, Ws)])
-    dys = g_backward(g, [dY.copy() for _ in range(g.t)])
+    Ws, xs = np.array_split(W, grp.t, axis=0), np.array_split(X, grp.t, axis=1)
+    ys = g_forward(grp, [x @ Wr for x, Wr in zip(xs, Ws)])
+    dys = g_backward(grp, [dY.copy() for _ in range(grp.t)])
     dWs = [x.T @ dy for x, dy in zip(xs, dys)]
     dxs = [dy @ Wr.T for dy, Wr in zip(dys, Ws)]
     return ys, dxs, dWs
@@ -98,19 +98,19 @@ def sim_counts(kind: str, t: int = 2, n: int = 6, k: int = 8, m: int = 16, seed:
     """Run one simulated layer; return its all-reduces per pass and whether the results are exact."""
     rng = np.random.default_rng(seed)
     X, W, dY = (rng.integers(-9, 10, size=sh).astype(np.int64) for sh in ((n, k), (k, m), (n, m)))
-    g = SimGroup(t)
+    grp = SimGroup(t)
     if kind == "col":
-        ys, dxs, dWs = column_layer(g, X, W, dY)
+        ys, dxs, dWs = column_layer(grp, X, W, dY)
         exact = (np.array_equal(np.concatenate(ys, 1), X @ W) and all(np.array_equal(d, dY @ W.T) for d in dxs)
                  and np.array_equal(np.concatenate(dWs, 1), X.T @ dY))
         act = X.nbytes
     else:
-        ys, dxs, dWs = row_layer(g, X, W, dY)
+        ys, dxs, dWs = row_layer(grp, X, W, dY)
         exact = (all(np.array_equal(y, X @ W) for y in ys) and np.array_equal(np.concatenate(dxs, 1), dY @ W.T)
                  and np.array_equal(np.concatenate(dWs, 0), X.T @ dY))
         act = (X @ W).nbytes
     out = {"forward": 0, "backward": 0, "bytes": [], "exact": exact, "activation_bytes": act}
-    for pass_, _, nb in g.log:
+    for pass_, _, nb in grp.log:
         out[pass_] += 1
         out["bytes"].append(nb)
     return out

@@ -25,22 +25,22 @@ def gelu_grad(x):
 
 
 # --8<-- [start:mlp]
-def megatron_mlp(g: SimGroup, X, A, B, dZ, x_requires_grad=True):
+def megatron_mlp(grp: SimGroup, X, A, B, dZ, x_requires_grad=True):
     """Z = GELU(X A) B on t simulated ranks: f → column-parallel A → GELU → row-parallel B → g.
 
     Returns (Z on every rank, X̄ on every rank or None, Ā blocks, B̄ blocks). The only collectives
     are g's forward all-reduce and, if X needs a gradient, f's backward all-reduce.
     """
-    As, Bs = np.array_split(A, g.t, axis=1), np.array_split(B, g.t, axis=0)
-    xs = f_forward(g, [X.copy() for _ in range(g.t)])
+    As, Bs = np.array_split(A, grp.t, axis=1), np.array_split(B, grp.t, axis=0)
+    xs = f_forward(grp, [X.copy() for _ in range(grp.t)])
     us = [x @ Ar for x, Ar in zip(xs, As)]          # column-parallel: this rank's 4h/t columns
     ys = [gelu(u) for u in us]                       # elementwise: a column block stays a block
-    zs = g_forward(g, [y @ Br for y, Br in zip(ys, Bs)])  # row-parallel partial sums, then g
-    dzs = g_backward(g, [dZ.copy() for _ in range(g.t)])
+    zs = g_forward(grp, [y @ Br for y, Br in zip(ys, Bs)])  # row-parallel partial sums, then g
+    dzs = g_backward(grp, [dZ.copy() for _ in range(grp.t)])
     dBs = [y.T @ dz for y, dz in zip(ys, dzs)]
     dus = [(dz @ Br.T) * gelu_grad(u) for dz, Br, u in zip(dzs, Bs, us)]
     dAs = [x.T @ du for x, du in zip(xs, dus)]
-    dxs = f_backward(g, [du @ Ar.T for du, Ar in zip(dus, As)]) if x_requires_grad else None
+    dxs = f_backward(grp, [du @ Ar.T for du, Ar in zip(dus, As)]) if x_requires_grad else None
     return zs, dxs, dAs, dBs
 # --8<-- [end:mlp]
 
@@ -56,14 +56,14 @@ def mlp_check(t=2, n=6, h=8, seed=0, x_requires_grad=True) -> dict:
     """Simulated Megatron MLP vs the one-device reference (float64), with the collectives it issued."""
     rng = np.random.default_rng(seed)
     X, A, B, dZ = (rng.standard_normal(sh) for sh in ((n, h), (h, 4 * h), (4 * h, h), (n, h)))
-    g = SimGroup(t)
-    zs, dxs, dAs, dBs = megatron_mlp(g, X, A, B, dZ, x_requires_grad)
+    grp = SimGroup(t)
+    zs, dxs, dAs, dBs = megatron_mlp(grp, X, A, B, dZ, x_requires_grad)
     Z, dX, dA, dB = reference_mlp(X, A, B, dZ)
     err = max(max(np.abs(z - Z).max() for z in zs), np.abs(np.concatenate(dAs, 1) - dA).max(),
               np.abs(np.concatenate(dBs, 0) - dB).max(),
               max(np.abs(d - dX).max() for d in dxs) if dxs is not None else 0.0)
-    return {"t": t, "max_err": float(err), "log": [(p, op, nb) for p, op, nb in g.log],
-            "forward": sum(p == "forward" for p, _, _ in g.log), "backward": sum(p == "backward" for p, _, _ in g.log),
+    return {"t": t, "max_err": float(err), "log": [(p, op, nb) for p, op, nb in grp.log],
+            "forward": sum(p == "forward" for p, _, _ in grp.log), "backward": sum(p == "backward" for p, _, _ in grp.log),
             "activation_bytes": X.nbytes}
 
 

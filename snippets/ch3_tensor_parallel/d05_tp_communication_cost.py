@@ -2,7 +2,7 @@
 
 Every formula comes from snippets/common/tp_cost.py (shared with Ch7's planner) and Ch1's α-β
 module; link rates come from Ch1-04's table (per direction). Measured counts come from
-gpu_runs/tp_bench.py. Notation: t, b, s, h, L, m, e (docs/notation.md); R peak FLOP/s.
+gpu_runs/tp_bench.py. Notation: t, b, s, h, L, m, e (docs/notation.md); F peak FLOP/s.
 """
 from __future__ import annotations
 
@@ -59,9 +59,9 @@ def layer_time_rows(t: int, b: int, s: int, h: int, e: int = 2, alpha: float = A
 
 # --8<-- [start:ratio]
 def comm_to_compute_ratio(t, s: int, h: int, flops_per_s: float, link_GBps: float):
-    """Bandwidth term only: ρ(t) = T_comm/T_comp = 16(t−1)·R·β / (72h + 12s), independent of b.
+    """Bandwidth term only: ρ(t) = T_comm/T_comp = 16(t−1)·F·β / (72h + 12s), independent of b.
 
-    T_comm = 4 ring all-reduces of 2bsh bytes = 4·2(t−1)/t·2bsh·β; T_comp = (72bsh² + 12bs²h)/(t·R).
+    T_comm = 4 ring all-reduces of 2bsh bytes = 4·2(t−1)/t·2bsh·β; T_comp = (72bsh² + 12bs²h)/(t·F).
     """
     t = np.asarray(t, float)
     return 16 * (t - 1) * flops_per_s / (link_GBps * 1e9) / (72 * h + 12 * s)
@@ -71,10 +71,10 @@ def comm_to_compute_ratio(t, s: int, h: int, flops_per_s: float, link_GBps: floa
 def scaling_figure(ts=(1, 2, 4, 8, 16, 32, 64), shape=GPT3, gpu="H100 SXM") -> str:
     """Communication fraction of a GPT-3-shaped layer vs t on NVLink4 and on NDR (no overlap)."""
     fig, (ax1, ax2) = figures.new(8, 3.4, ncols=2)
-    R = PEAK_FLOPS[gpu]
+    F = PEAK_FLOPS[gpu]
     t = np.array(ts, float)
     for name, gbps in list(links().items())[1::2]:  # NVLink4 and NDR
-        sc = tp_scaling(t, shape["b"], shape["s"], shape["h"], R, ALPHA_ASSUMED, 1 / (gbps * 1e9))
+        sc = tp_scaling(t, shape["b"], shape["s"], shape["h"], F, ALPHA_ASSUMED, 1 / (gbps * 1e9))
         ax1.loglog(t, sc["compute_s"] * 1e3, "k-", lw=1)
         ax1.loglog(t[1:], sc["comm_s"][1:] * 1e3, "o-", ms=3, label=f"통신: {name.split(' (')[0]}")
         ax2.semilogx(t, sc["comm_fraction"], "o-", ms=3, label=name.split(" (")[0])

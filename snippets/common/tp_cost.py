@@ -79,7 +79,7 @@ def tp_bytes_sent_per_rank_per_layer(t, b, s, h, recompute="none", e=E_16BIT):
 
 # --8<-- [start:scaling]
 def layer_flops(b: int, s: int, h: int) -> float:
-    """Forward + backward matmul FLOPs of one layer (Narayanan et al. 2021 §5.1, per layer, no
+    """Forward + backward matmul FLOPs of one layer (Narayanan et al. 2021, §5.1's FLOPs formula and its appendix; per layer, no
     logits): forward 24bsh² + 4bs²h, backward twice that, so 3·(24bsh² + 4bs²h) = 72bsh² + 12bs²h."""
     return 3.0 * (24 * b * s * h * h + 4 * b * s * s * h)
 

@@ -83,3 +83,15 @@ def test_timeline_figure_draws_every_interval():
     """The figure draws one bar per (stage, pass): 2p bars for the simulation."""
     svg = page.timeline_figure(page.naive_schedule(np.ones(3), 2 * np.ones(3)))
     assert svg.count("<path") >= 6 and "stage 2" in svg
+
+
+def test_figures_fit_the_cell_budget():
+    """GUIDE: a build-time cell runs in under 1 s (CPU time of this thread, scaled by the machine's speed)."""
+    import time
+
+    from tests.conftest import cell_budget
+
+    run = page.naive_runs()[0]
+    t0 = time.thread_time()
+    svg = page.timeline_figure(page.naive_schedule(np.ones(2), 2 * np.ones(2)), page.measured_naive(run)["timelines"])
+    assert "<svg" in svg and time.thread_time() - t0 < cell_budget()

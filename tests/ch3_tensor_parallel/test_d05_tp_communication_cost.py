@@ -128,3 +128,31 @@ def test_ring_allgather_is_half_an_allreduce():
 
     for t in (2, 8, 64):
         assert 2 * tp_cost.ring_allgather_time(t, 1e6, 1e-6, 1e-9) == pytest.approx(float(ring_allreduce_time(t, 1e6, 1e-6, 1e-9)))
+
+
+def test_figure_and_tables_fit_the_cell_budget():
+    """GUIDE: a build-time cell runs in under 1 s (CPU time of this thread, scaled by the machine's speed)."""
+    import time
+
+    from tests.conftest import cell_budget
+
+    t0 = time.thread_time()
+    svg = page.scaling_figure()
+    assert "<svg" in svg and time.thread_time() - t0 < cell_budget()
+    t0 = time.thread_time()
+    page.layer_time_rows(8, 1, 2048, 12288)
+    page.cpu_fit(2)
+    page.measured_counts(page.tp_runs()[0])
+    assert time.thread_time() - t0 < cell_budget()
+
+
+def test_bandwidth_term_limit_is_16bsh_beta():
+    """Theorem 3.5.4 and the figure's caption: per layer and micro-batch the bandwidth term grows with t
+    toward 4 all-reduces × 2S = 16·b·s·h·β (16-bit), i.e. 4bsh bytes per all-reduce; it never falls."""
+    b, s, h, beta = 1, 2048, 12288, 1 / 450e9
+    ts = np.array([2, 4, 8, 64, 4096], float)
+    per_layer = tp_cost.tp_comm_time_per_layer(ts, b, s, h, 0.0, beta)
+    assert np.all(np.diff(per_layer) > 0)
+    assert per_layer[-1] == pytest.approx(16 * b * s * h * beta, rel=1e-3)
+    sent = tp_cost.tp_bytes_sent_per_rank_per_layer(ts, b, s, h)
+    assert sent[-1] == pytest.approx(16 * b * s * h, rel=1e-3)
