@@ -22,8 +22,15 @@ clone, where there is no cache. With `mkdocs build --verbose` every page says wh
 A page's cells re-import this repository's modules (forget_repo_modules), so the audit hook also sees
 every module they import at run time (from source or from __pycache__, recorded as the source file),
 including one imported by name with importlib, and every file a module reads when it is imported.
-Limit: a lab's key sees its imports and (when it reads results) every results file, not other files
-the notebook reads.
+A page whose cell starts a process (subprocess, os.system, ...) is never stored: what the child reads is
+not seen. Every page's cells start with empty markdown-exec sessions (fresh_sessions), so no page can
+lean on another page's session or on an earlier serve rebuild. An entry carries a digest of its content;
+one that does not match is discarded like an unreadable one.
+
+Limits: the audit hook does not see a stat (os.path.exists) of a file that is never opened, nor files
+opened by a cell's own worker threads (results.load's missing-folder case is covered: pages that use
+snippets.results depend on the list of results folders). A lab's key sees its imports and (when it
+reads results) every results file, not other files the notebook reads.
 """
 from __future__ import annotations
 
@@ -496,6 +503,10 @@ def end_page() -> None:
         run.path.unlink(missing_ok=True)
         log.info("book cache: %s: a cell started a process (what it reads is not tracked); not cached", run.uri)
         return
+    if str(ROOT / "snippets" / "results.py") in run.files:
+        # results.load("prog") on a folder that does not exist yet only stats it (not seen by the audit
+        # hook), and a page may catch its "no results" error: a new program's folder must run it again
+        run.dirs.add(str(ROOT / "gpu_runs" / "results"))
     files = {_rel(Path(p)): file_sha(p) for p in sorted(run.files)}
     dirs = {_rel(Path(p)): dir_sha(p) for p in sorted(run.dirs)}
     write_entry(run.path, {"key": run.key, "page": run.uri, "files": files, "dirs": dirs, "outputs": run.outputs})

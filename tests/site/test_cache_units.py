@@ -105,3 +105,23 @@ def test_serve_rebuilds_a_page_whose_included_code_changed(bc, tmp_path):
     now = time.time() + 60
     os.utime(dest, (now, now))
     assert not bc.includes_newer_than(md, dest)
+
+
+def test_a_page_that_finds_no_results_folder_runs_again_when_one_appears(bc, tmp_path):
+    """results.load on a missing folder only stats it (Path.glob): no audit event. A page that catches
+    the 'no results' error must still depend on the list of results folders."""
+    run = bc.PageRun(src="y.md", uri="y.md", key="k", path=tmp_path / "pages" / "y.json", n_fences=1)
+    sys.addaudithook(bc._audit)
+    bc.forget_repo_modules()
+    bc.STATE.page = run
+    try:
+        from snippets import results
+
+        with pytest.raises(results.ResultsError):
+            results.load("no_such_program_yet")
+        run.outputs.append(["sha", "GPU 결과 없음"])
+    finally:
+        bc.end_page()
+    entry = bc.read_entry(run.path)
+    assert "snippets/results.py" in entry["files"]
+    assert entry["dirs"]["gpu_runs/results"] == bc.dir_sha(ROOT / "gpu_runs" / "results")
