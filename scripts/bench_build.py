@@ -147,7 +147,7 @@ def main(argv=None) -> None:
     ap.add_argument("--out", default=str(ROOT / "build" / "build-time.txt"))
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from tests.conftest import PROBE_REFERENCE_S, _probe, machine_speed_probe
+    from tests.conftest import PROBE_REFERENCE_S, _probe, machine_speed_probe, write_build_time
     from snippets import book
 
     probe = machine_speed_probe()
@@ -181,11 +181,8 @@ def main(argv=None) -> None:
             f"{serve['serve_snippet_pages']}, of which that page's render (cells + Markdown): "
             f"{serve['serve_snippet_page_render']:.2f} s",
         ]
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     # keep what the test suite's build wrote there (tests/conftest.py: wall, cpu, probe); replace our section
-    kept = out.read_text(encoding="utf-8").split("# scripts/bench_build.py")[0] if out.exists() else ""
-    out.write_text(kept + "\n".join(lines) + "\n", encoding="utf-8")
+    write_build_time(Path(args.out), "bench", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

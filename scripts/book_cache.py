@@ -22,8 +22,15 @@ clone, where there is no cache. With `mkdocs build --verbose` every page says wh
 A page's cells re-import this repository's modules (forget_repo_modules), so the audit hook also sees
 every module they import at run time (from source or from __pycache__, recorded as the source file),
 including one imported by name with importlib, and every file a module reads when it is imported.
-Limit: a lab's key sees its imports and (when it reads results) every results file, not other files
-the notebook reads.
+A page whose cell starts a process (subprocess, os.system, ...) is never stored: what the child reads is
+not seen. Every page's cells start with empty markdown-exec sessions (fresh_sessions), so no page can
+lean on another page's session or on an earlier serve rebuild. An entry carries a digest of its content;
+one that does not match is discarded like an unreadable one.
+
+Limits: the audit hook does not see a stat (os.path.exists) of a file that is never opened, nor files
+opened by a cell's own worker threads (results.load's missing-folder case is covered: pages that use
+snippets.results depend on the list of results folders). A lab's key sees its imports and (when it
+reads results) every results file, not other files the notebook reads.
 """
 from __future__ import annotations
 
@@ -42,7 +49,7 @@ from pathlib import Path
 from mkdocs.exceptions import PluginError
 
 ROOT = Path(__file__).resolve().parents[1]
-FORMAT = 1  # bump when the entry layout changes
+FORMAT = 2  # bump when the entry layout changes
 log = logging.getLogger("mkdocs.plugins.book.cache")
 
 # the libraries whose version can change what a cell prints or a lab computes
@@ -52,8 +59,9 @@ OWN_SOURCES = (ROOT / "scripts" / "hooks.py", Path(__file__).resolve())
 # folders whose files the audit hook never records (outputs, caches, the environment)
 _SKIP_PARTS = {".cache", ".git", ".venv", "node_modules", "__pycache__", "site", "build", ".pytest_cache"}
 
-EXEC_FENCE = re.compile(r"""^(?P<indent>[ \t]*)(?P<mark>`{3,}|~{3,})[ \t]*\w[^\n]*\bexec=["']?(?:on|1|true|yes)\b""",
-                        re.I | re.M)
+# every fence that names exec= at all (markdown-exec runs any value but no/off/false/0, and accepts the
+# {.python exec="on"} form): a fence counted here that does not run only makes the key wider
+EXEC_FENCE = re.compile(r"""^(?P<indent>[ \t]*)(?P<mark>`{3,}|~{3,})[^\n]*?\bexec\s*=""", re.M)
 INCLUDE = re.compile(r"""-{1,}8<-{1,}\s+["']([^"':]+)(?::[^"']*)?["']""")
 
 
@@ -104,6 +112,9 @@ def versions() -> dict:
                 found[name] = metadata.version(name)
             except metadata.PackageNotFoundError:
                 found[name] = None
+        # and every other installed distribution: a cell may import a library not named above
+        found["installed"] = sorted({f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions()
+                                     if d.metadata['Name']})
         _VERSIONS = found
     return _VERSIONS
 
@@ -250,6 +261,9 @@ def read_entry(path: Path) -> dict | None:
         data = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("key"), str):
             raise ValueError("not a cache entry of this format")
+        body = {k: v for k, v in data.items() if k != "digest"}
+        if data.get("digest") != _digest(body):
+            raise ValueError("its content does not match its digest")
         return data
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         log.info("book cache: discarded unreadable entry %s (%s); recomputing", path, exc)
@@ -260,12 +274,17 @@ def read_entry(path: Path) -> dict | None:
         return None
 
 
+def _digest(body: dict) -> str:
+    return _sha(json.dumps(body, sort_keys=True, ensure_ascii=False))
+
+
 def write_entry(path: Path, data: dict) -> None:
+    body = {"format": FORMAT, **data}
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"format": FORMAT, **data}, f, ensure_ascii=False)
+            json.dump({**body, "digest": _digest(body)}, f, ensure_ascii=False)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -286,8 +305,12 @@ class PageRun:
     files: set = field(default_factory=set)
     dirs: set = field(default_factory=set)
     failed: bool = False
+    spawned: bool = False
     warnings: int = 0
     thread: int = field(default_factory=threading.get_ident)
+
+
+SPAWN = {"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.startfile"}
 
 
 class _State:
@@ -308,7 +331,12 @@ class CacheMismatch(PluginError):
 
 def _audit(event: str, args: tuple) -> None:
     run = STATE.page
-    if run is None or run.replay is not None or event not in ("open", "os.scandir", "os.listdir"):
+    if run is None or run.replay is not None:
+        return
+    if event in SPAWN and threading.get_ident() == run.thread:
+        run.spawned = True  # what a child process reads is not seen here: never store this page
+        return
+    if event not in ("open", "os.scandir", "os.listdir"):
         return
     if threading.get_ident() != run.thread or not args or args[0] is None or isinstance(args[0], int):
         return
@@ -351,7 +379,8 @@ def install() -> None:
         if run.replay is not None:
             i = len(run.outputs)
             if i >= len(run.replay) or run.replay[i][0] != _sha(code):
-                raise CacheMismatch(f"{run.uri}: cell {i + 1} ({id or 'no id'}) is not the cell cached in {run.path}")
+                run.path.unlink(missing_ok=True)
+                raise CacheMismatch(f"{run.uri}: cell {i + 1} ({id or 'no id'}) is not the cell cached in {run.path} (entry dropped: build again)")
             run.outputs.append(run.replay[i])
             return run.replay[i][1]
         try:
@@ -400,6 +429,17 @@ def begin_page(root: Path, src: str, uri: str, markdown: str) -> None:
     STATE.page = run
 
 
+def fresh_sessions() -> None:
+    """Before a page's cells run: forget every markdown-exec session. markdown-exec keeps the sessions'
+    globals for the life of the process, so under `mkdocs serve` a page re-executed would still see names
+    its deleted cells once defined, and a page could use another page's session; either works while
+    that state happens to exist and fails in a clean build (or when the other page's cells are replayed
+    from the cache). Every page starts empty, cached or not, warm or cold."""
+    import markdown_exec._internal.formatters.python as mp
+
+    mp._sessions_globals.clear()
+
+
 def forget_repo_modules() -> None:
     """Drop this repository's modules (snippets, gpu_runs) from sys.modules before a page's cells run:
     they import them afresh, so the audit hook sees every file a module reads when it is imported, the
@@ -417,6 +457,21 @@ def cells_would_run(root: Path | None, src: str, markdown: str) -> bool:
     if key is None:
         return False
     return root is None or _valid_outputs(root, src, key) is None
+
+
+def includes_newer_than(markdown: str, dest: Path | str) -> bool:
+    """serve --dirty: whether a file the page includes with --8<-- changed after the page's HTML was written."""
+    try:
+        built = os.path.getmtime(dest)
+    except OSError:
+        return True
+    for rel in INCLUDE.findall(markdown):
+        try:
+            if os.path.getmtime(ROOT / rel) > built:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def _deps_unchanged(entry: dict) -> bool:
@@ -444,6 +499,14 @@ def end_page() -> None:
     if run.failed or run.warnings or not run.outputs:
         run.path.unlink(missing_ok=True)  # never keep an entry for a page that failed or warned
         return
+    if run.spawned:
+        run.path.unlink(missing_ok=True)
+        log.info("book cache: %s: a cell started a process (what it reads is not tracked); not cached", run.uri)
+        return
+    if str(ROOT / "snippets" / "results.py") in run.files:
+        # results.load("prog") on a folder that does not exist yet only stats it (not seen by the audit
+        # hook), and a page may catch its "no results" error: a new program's folder must run it again
+        run.dirs.add(str(ROOT / "gpu_runs" / "results"))
     files = {_rel(Path(p)): file_sha(p) for p in sorted(run.files)}
     dirs = {_rel(Path(p)): dir_sha(p) for p in sorted(run.dirs)}
     write_entry(run.path, {"key": run.key, "page": run.uri, "files": files, "dirs": dirs, "outputs": run.outputs})

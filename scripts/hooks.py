@@ -250,7 +250,9 @@ def _mark_dirty_pages(files, config) -> None:
             box = _LABS.get(f.src_uri)
             changed = box is not None and not box.get("hit")
         elif not changed and f.src_uri.endswith(".md"):
-            changed = bc.cells_would_run(_CACHE["root"], f.abs_src_path, Path(f.abs_src_path).read_text(encoding="utf-8"))
+            text = Path(f.abs_src_path).read_text(encoding="utf-8")
+            changed = (bc.cells_would_run(_CACHE["root"], f.abs_src_path, text)
+                       or bc.includes_newer_than(text, f.abs_dest_path))  # code shown with --8<--
         if changed:
             f.is_modified = lambda: True
 
@@ -419,6 +421,7 @@ def on_page_markdown(markdown, page, config, files, **kwargs):
         if marker in markdown:
             markdown = markdown.replace(marker, fn())
     markdown = _cite(_isolate_display_math(markdown), page)
+    bc.fresh_sessions()  # no cell sees a session left by another page or an earlier serve rebuild
     if _CACHE["root"] is not None:  # the page's cells run, or replay their cached output (book_cache.py)
         bc.begin_page(_CACHE["root"], page.file.abs_src_path, page.file.src_uri, markdown)
     return markdown

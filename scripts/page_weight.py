@@ -6,8 +6,10 @@ Serves SITE_DIR on 127.0.0.1 the way a static host does (gzip for text, Last-Mod
 `Cache-Control: max-age=600` as GitHub Pages sends), loads pages in headless Chromium and counts the
 bytes the server sent (headers and bodies, every request, the search worker's included):
 
-- first visit: a fresh browser opens the page and waits until the network is idle (the search index
-  is fetched by then);
+- first visit: a fresh browser opens the page and waits until the network is idle. The search index
+  is not part of it: docs/_overrides/main.html holds its request back until the reader turns to search;
+- first search: on the landing page of a fresh browser, the reader clicks the search box and types a
+  word; what that costs on top of the first visit (the search index) is reported on its own line;
 - further page: the same browser then opens the page from the landing page (assets cached).
 
 Budgets (issue 7): first visit ≤ 600 KB, each further page ≤ 100 KB. Prints a Markdown table and the
@@ -108,6 +110,18 @@ def measure(site: Path) -> list[dict]:
             ctx.close()
             rows.append({"page": page or "(landing)", "first": sum(b for *_, b in first),
                          "next": sum(b for *_, b in further), "files": first, "next_files": further})
+        ctx = browser.new_context()
+        pg = ctx.new_page()
+        visit(pg, base)
+        held = not any(rel.startswith("search/search_index.json") for rel, *_ in log)
+        del log[:]
+        pg.click("input.md-search__input")
+        pg.fill("input.md-search__input", "ring")
+        pg.wait_for_selector(".md-search-result__item", timeout=30000)
+        pg.wait_for_load_state("networkidle")
+        rows.append({"page": "(first search)", "first": sum(b for *_, b in log), "next": 0, "files": list(log),
+                     "next_files": [], "index_held_back": held})
+        ctx.close()
         browser.close()
     httpd.shutdown()
     return rows
@@ -118,6 +132,7 @@ def main(argv: list[str]) -> int:
     if not (site / "index.html").exists():
         sys.exit(f"{site}: no built site (run: .venv/bin/mkdocs build --strict -d {site})")
     rows = measure(site)
+    search = rows.pop()
     print("| page | first visit (KB, gzip) | further page (KB, gzip) |\n|---|---:|---:|")
     for r in rows:
         print(f"| {r['page']} | {r['first'] / 1000:.0f} | {r['next'] / 1000:.0f} |")
@@ -130,7 +145,12 @@ def main(argv: list[str]) -> int:
     print(f"{worst_next['page']} as a further page:")
     for rel, status, size in sorted(worst_next["next_files"], key=lambda f: -f[2])[:8]:
         print(f"  {size / 1000:7.1f} KB  {status}  {rel}")
-    return 0 if worst["first"] <= FIRST_BUDGET and worst_next["next"] <= NEXT_BUDGET else 1
+    landing = next(r for r in rows if r["page"] == "(landing)")
+    print(f"first search (on top of the first visit): {search['first'] / 1000:.0f} KB, of which the index "
+          f"{sum(b for rel, _, b in search['files'] if rel.startswith('search/')) / 1000:.0f} KB; "
+          f"index held back until then: {search['index_held_back']}; landing page + first search: "
+          f"{(landing['first'] + search['first']) / 1000:.0f} KB")
+    return 0 if search["index_held_back"] and worst["first"] <= FIRST_BUDGET and worst_next["next"] <= NEXT_BUDGET else 1
 
 
 if __name__ == "__main__":

@@ -120,6 +120,23 @@ def test_korean_search_finds_the_ring_page(server, browser):
     assert not errors
 
 
+def test_search_index_is_fetched_only_when_the_reader_turns_to_search(server, browser):
+    """docs/_overrides/main.html holds the index request back (first-visit weight); Material's search
+    must still work when opened with its keyboard shortcut, after an instant navigation."""
+    base, _ = server
+    page, errors, _ = _open(browser, base)
+    requested = []
+    page.on("request", lambda r: requested.append(r.url) if "search_index.json" in r.url else None)
+    page.locator("article a[href$='ch1-collective/03-ring-allreduce/']").first.click()  # instant navigation
+    page.wait_for_load_state("networkidle")
+    assert not requested, "the search index was fetched before search was used"
+    page.keyboard.press("/")  # Material's shortcut: opens search and focuses the box
+    page.wait_for_selector("input.md-search__input:focus")
+    page.keyboard.type("ring", delay=50)
+    page.wait_for_selector(".md-search-result__item", timeout=15000)
+    assert len(requested) == 1 and not errors, (requested, errors)
+
+
 def test_instant_navigation_keeps_math_rendered(server, browser):
     base, _ = server
     page, errors, foreign = _open(browser, base)

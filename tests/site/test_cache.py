@@ -153,7 +153,7 @@ def test_unreadable_entry_is_discarded_named_and_recomputed(repo):
     data["outputs"] = "not a list"
     entry.write_text(json.dumps(data), encoding="utf-8")
     proc = repo.build()
-    assert "discarded malformed entry" in proc.stderr and Repo.ran(proc)[A] == "executed"
+    assert f"discarded unreadable entry {entry}" in proc.stderr and Repo.ran(proc)[A] == "executed"
 
 
 def test_a_failing_cell_fails_every_build_and_is_never_cached(repo):
