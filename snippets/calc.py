@@ -117,6 +117,20 @@ def planner_vectors() -> list[dict]:
     return out
 
 
+def browser_vectors_html() -> str:
+    """The vectors the calculators page embeds for the in-browser check: every memory case and every
+    pipeline summary (the per-action times stay in the Node test, to keep the page light)."""
+    vec = vectors()
+    for c in vec["pipeline"]:
+        c["out"].pop("actions")
+    vec.pop("planner", None)
+    n = len(vec["memory"]) + len(vec["pipeline"])
+    data = json.dumps(vec, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
+    return (f'<script type="application/json" id="calc-vectors">{data}</script>\n'
+            f'<p>Python 이 만든 벡터: 메모리 {len(vec["memory"])}개, 파이프라인 {len(vec["pipeline"])}개 '
+            f'(모두 {n}개 입력).</p>')
+
+
 def vectors_json() -> str:
     return json.dumps(vectors(), ensure_ascii=False, separators=(",", ":"))
 
