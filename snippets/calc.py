@@ -118,16 +118,17 @@ def planner_vectors() -> list[dict]:
 
 
 def browser_vectors_html() -> str:
-    """The vectors the calculators page embeds for the in-browser check: every memory case and every
-    pipeline summary (the per-action times stay in the Node test, to keep the page light)."""
+    """The vectors the calculators page embeds for the in-browser check: every memory case, every
+    pipeline summary (the per-action times stay in the Node test, to keep the page light) and, where
+    the Ch7 module exists, the planner's rankings."""
     vec = vectors()
     for c in vec["pipeline"]:
         c["out"].pop("actions")
-    vec.pop("planner", None)
-    n = len(vec["memory"]) + len(vec["pipeline"])
+    n = len(vec["memory"]) + len(vec["pipeline"]) + len(vec.get("planner", []))
     data = json.dumps(vec, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
     return (f'<script type="application/json" id="calc-vectors">{data}</script>\n'
             f'<p>Python 이 만든 벡터: 메모리 {len(vec["memory"])}개, 파이프라인 {len(vec["pipeline"])}개 '
+            f'{"3D planner " + str(len(vec["planner"])) + "개, " if "planner" in vec else ""}'
             f'(모두 {n}개 입력).</p>')
 
 

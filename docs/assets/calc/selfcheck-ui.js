@@ -10,7 +10,7 @@ function diff(py, js, path, bad) {
   else if (py !== js) bad.push(path);
 }
 
-export function mount(root) {
+export async function mount(root) {
   const src = document.getElementById("calc-vectors");
   const out = document.createElement("p");
   out.setAttribute("role", "status");
@@ -22,7 +22,11 @@ export function mount(root) {
     const x = c.in;
     diff(c.out, summary(simulate(x.schedule, x.p, x.m, x.v, x.t_f, x.t_b, x.t_w, x.t_comm), x.schedule), `pipeline[${i}]`, bad);
   });
-  const n = vec.memory.length + vec.pipeline.length;
+  if (vec.planner) {
+    const { plan } = await import("./planner.js");
+    vec.planner.forEach((c, i) => diff(c.out, plan(c.in), `planner[${i}]`, bad));
+  }
+  const n = vec.memory.length + vec.pipeline.length + (vec.planner ? vec.planner.length : 0);
   root.dataset.checked = String(n);
   root.dataset.mismatches = String(bad.length);
   out.className = bad.length ? "calc-bad" : "calc-ok";
