@@ -242,3 +242,24 @@ def test_planner_ranks_layouts_and_validates(server, browser):
     assert page.locator(f"{root} table").count() == 0
     assert not errors
     page.close()
+
+
+@pytest.mark.parametrize("rel, kind, schedule", [("ch5-zero-sharding/01-zero-motivation/", "memory", None),
+                                                 ("ch6-activation-memory/01-activation-size/", "memory", None),
+                                                 ("ch4-pipeline-parallel/02-gpipe-microbatching/", "pipeline", "gpipe")])
+def test_widget_embedded_in_its_chapter_page(server, browser, rel, kind, schedule):
+    base, site = server
+    if not (site / rel / "index.html").exists():
+        pytest.skip(f"{rel} is not in this (partial) build")
+    page, errors, foreign = _open(browser, base + rel)
+    root = f'.calc-widget[data-calc="{kind}"]'
+    _wait_mounted(page, root)
+    assert page.locator(".calc-widget").count() == 1
+    if kind == "memory":
+        assert _bytes(_cell(page, root, "total", 1)) == round(calc.memory_estimate(**_mem_in())["total"])
+    else:
+        assert page.locator(f'{root} select[name="schedule"]').input_value() == schedule
+        want = calc.pipeline_summary(schedule, 4, 8, 2)
+        assert float(page.locator(f'{root} dd[data-out="makespan"]').inner_text()) == pytest.approx(want["makespan"])
+    assert not errors and not foreign
+    page.close()
