@@ -59,6 +59,7 @@ def test_memory_calculator_defaults_and_edits_match_python(server, browser):
     # the query string now encodes the inputs: a new tab on that URL shows the same answer
     url = page.url
     assert "m.n=8" in url and "m.stage=3" in url and "m.recompute=full" in url
+    assert "m.psi=" not in url and "m.h=" not in url  # inputs left at their defaults stay out of the link
     page.screenshot(path=str(ARTIFACTS / "calc-memory.png"), full_page=False)
     page2, errors2, _ = _open(browser, url)
     _wait_mounted(page2, root)

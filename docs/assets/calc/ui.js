@@ -22,11 +22,12 @@ export { h };
 // spec: {key, label, kind: "int" | "num" | "select" | "check", def, min, max, options: [[value, label]], help}
 export class Form {
   constructor(root, prefix, specs, onChange) {
-    this.root = root; this.prefix = prefix; this.specs = specs; this.onChange = onChange; this.inputs = {};
+    const defs = JSON.parse(root.dataset.defaults || "{}");  // a page may change the defaults of its widget
+    this.root = root; this.prefix = prefix; this.onChange = onChange; this.inputs = {};
+    this.specs = specs.map(sp => (sp.key in defs ? { ...sp, def: defs[sp.key] } : sp));
     const q = new URLSearchParams(location.search);
-    const grid = h("div", { class: "calc-grid" }), defs = JSON.parse(root.dataset.defaults || "{}");
-    for (const sp0 of specs) {
-      const sp = sp0.key in defs ? { ...sp0, def: defs[sp0.key] } : sp0;
+    const grid = h("div", { class: "calc-grid" });
+    for (const sp of this.specs) {
       const id = `calc-${prefix}-${sp.key}-${++uid}`, msg = h("span", { class: "calc-msg", id: id + "-msg", "aria-live": "polite" });
       let input;
       const given = q.get(`${prefix}.${sp.key}`);
@@ -88,7 +89,10 @@ export class Form {
     const url = new URL(location.href);
     for (const sp of this.specs) {
       const el = this.inputs[sp.key];
-      url.searchParams.set(`${this.prefix}.${sp.key}`, sp.kind === "check" ? (el.checked ? "1" : "0") : el.value.trim());
+      const val = sp.kind === "check" ? (el.checked ? "1" : "0") : el.value.trim();
+      const def = sp.kind === "check" ? (sp.def ? "1" : "0") : String(sp.def);
+      if (val === def) url.searchParams.delete(`${this.prefix}.${sp.key}`);  // a link names what differs
+      else url.searchParams.set(`${this.prefix}.${sp.key}`, val);
     }
     history.replaceState(history.state, "", url);
   }
