@@ -66,7 +66,7 @@ export function mount(root) {
     out.append(h("p", { class: "calc-verdict " + (r.fits ? "calc-ok" : "calc-bad"), "data-fits": String(r.fits), text: verdict }),
       bar(r, v.capacity_gib * GIB), tbl,
       h("p", { class: "calc-note", text: `모델 상태: ψ/t = ${fmt(v.psi / v.t / 1e9, 3)}B 파라미터를 N = ${v.n} 랭크가 ZeRO stage ${v.stage} 로 나눔. ` +
-        `activation: L = ${v.layers} 레이어 × 한 micro-batch (Korthikanti 2022 항별 합). GB = 10⁹ B, GiB = 2³⁰ B.` }));
+        `activation: L = ${v.layers} 레이어 × 한 micro-batch (Korthikanti 2022 항별 합; 임베딩·출력층, ZeRO-3 의 일시적 all-gather buffer, allocator 여유분은 빠짐). GB = 10⁹ B, GiB = 2³⁰ B.` }));
   }
   render();
 }
