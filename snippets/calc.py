@@ -25,6 +25,7 @@ from snippets.common import zero_memory as zm
 
 VECTORS_VERSION = 1
 PIPE_SCHEDULES = ("naive", "gpipe", "1f1b", "interleaved", "looped_bfs", "zb_h1", "zbv")
+CLOSED_FORM = ("gpipe", "1f1b", "interleaved")
 
 
 # --8<-- [start:memory]
@@ -48,9 +49,12 @@ def pipeline_summary(schedule: str, p: int, m: int, v: int = 1, t_f: float = 1.0
     """What the pipeline visualiser shows: the simulated timeline and its summary numbers."""
     tl = ps.simulate(schedule, p, m, v, t_f, t_b, t_w, t_comm)
     rows = ps.timeline_rows(tl)
+    # Ch4's closed form (p−1)/(v·m), relative to ideal time: GPipe and 1F1B (v = 1), interleaved (v), no transfer time
+    closed = (float(ps.interleaved_bubble_relative(p, m, v if schedule == "interleaved" else 1))
+              if schedule in CLOSED_FORM and t_comm == 0 else None)
     return {"makespan": tl.makespan, "busy": [float(x) for x in tl.busy()],
             "bubble_fraction": tl.bubble_fraction(), "bubble_relative": tl.bubble_relative(),
-            "inflight": [int(x) for x in tl.inflight("B")], "inflight_w": [int(x) for x in tl.inflight("W")],
+            "closed_relative": closed, "inflight": [int(x) for x in tl.inflight("B")], "inflight_w": [int(x) for x in tl.inflight("W")],
             "actions": [[[a["op"], a["mb"], a["chunk"], a["stage"], a["start"], a["end"]] for a in r]
                         for r in rows]}
 # --8<-- [end:pipeline]

@@ -3,7 +3,7 @@
 // A number matches when |js − py| ≤ 1e-9·max(1, |py|) (floating-point rounding, nothing more).
 import { readFileSync } from "node:fs";
 import { memoryEstimate } from "../../docs/assets/calc/memory.js";
-import { simulate, summary } from "../../docs/assets/calc/pipeline.js";
+import { closedFormRelative, simulate, summary } from "../../docs/assets/calc/pipeline.js";
 
 const vec = JSON.parse(readFileSync(process.argv[2], "utf8"));
 const mismatches = [];
@@ -30,6 +30,7 @@ vec.pipeline.forEach((c, i) => {
   const { schedule, p, m, v, t_f, t_b, t_w, t_comm } = c.in;
   const ranks = simulate(schedule, p, m, v, t_f, t_b, t_w, t_comm);
   const s = summary(ranks, schedule);
+  s.closed_relative = closedFormRelative(schedule, p, m, v, t_comm);
   s.actions = ranks.map(acts => acts.map(a => [a.op, a.mb, a.chunk, a.stage, a.start, a.end]));
   same(c.out, s, `pipeline[${i}](${schedule},p=${p},m=${m},v=${v})`);
 });

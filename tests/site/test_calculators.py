@@ -187,6 +187,12 @@ def test_pipeline_visualiser_matches_the_simulator(server, browser):
             for op in "FBW":
                 n = page.locator(f'{root} svg g.calc-act[data-rank="{r}"][data-op="{op}"]').count()
                 assert n == sum(a[0] == op for a in acts), (sched, r, op)
+        closed = page.locator(f'{root} [data-out="closed_relative"]')
+        if want["closed_relative"] is None:
+            assert closed.count() == 0, sched
+        else:  # the page's claim: the simulated bubble equals Ch4's closed form
+            assert float(closed.get_attribute("data-value")) == pytest.approx(want["closed_relative"], rel=1e-12)
+            assert want["bubble_relative"] == pytest.approx(want["closed_relative"], rel=1e-9)
         inflight = page.locator(f"{root} td.calc-inflight").all_inner_texts()
         assert [int(x.split(" / ")[0]) for x in inflight] == want["inflight"], sched
     assert "p.schedule=gpipe" in page.url and "p.p=3" in page.url

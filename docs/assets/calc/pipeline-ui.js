@@ -1,5 +1,5 @@
 // The pipeline schedule visualiser (Ch4): Gantt chart drawn client-side from pipeline.js's simulator.
-import { simulate, summary, SPLIT_BACKWARD } from "./pipeline.js";
+import { closedFormRelative, simulate, summary, SPLIT_BACKWARD } from "./pipeline.js";
 import { Form, h, fmt, pct } from "./ui.js";
 
 const NAMES = { naive: "naive (micro-batch 없음)", gpipe: "GPipe", "1f1b": "1F1B (PipeDream-Flush)",
@@ -49,6 +49,7 @@ export function mount(root) {
         h("dt", { text: "bubble, 전체 시간 대비 (GPipe 의 정의)" }), h("dd", { "data-out": "bubble_fraction", text: pct(s.bubble_fraction) }),
         h("dt", { text: "bubble, 이상적 시간 대비 (Megatron 의 정의)" }), h("dd", { "data-out": "bubble_relative", text: pct(s.bubble_relative) })),
       tbl,
+      ...closedLine(v, s),
       h("p", { class: "calc-note", text: "in-flight: 한 랭크가 forward 를 시작했지만 backward 가 끝나지 않은 (micro-batch, chunk) 의 최대 개수. " +
         "시간 단위는 입력한 T 값과 같습니다. 시뮬레이터는 Ch4 의 pipeline_sim.simulate 와 같은 규칙입니다." }));
   }
@@ -88,4 +89,13 @@ function gantt(ranks, makespan, v) {
   const legend = h("div", { class: "calc-legend" }, ...[["F", "forward"], ["B", "backward"], ["W", "weight grad"]]
     .map(([k, lab]) => h("span", {}, h("i", { style: `background:${COL[k]}` }), lab)), h("span", { text: "빗금: 두 번째 이후 chunk · 숫자: micro-batch" }));
   return h("figure", { class: "calc-figure calc-gantt" }, svg, legend);
+}
+
+function closedLine(v, s) {
+  const rel = closedFormRelative(v.schedule, v.p, v.m, v.v, v.t_comm);
+  if (rel === null) return [];
+  const vv = v.schedule === "interleaved" ? "v·" : "";
+  return [h("p", { class: "calc-note", "data-out": "closed_relative", "data-value": String(rel),
+    text: `Ch4 의 닫힌 식 (전송 시간 0): 이상적 시간 대비 (p−1)/(${vv}m) = ${pct(rel)}, 전체 시간 대비 ${pct(rel / (1 + rel))}; ` +
+      `시뮬레이션과의 차이 ${pct(Math.abs(rel - s.bubble_relative))}.` })];
 }

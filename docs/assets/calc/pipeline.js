@@ -144,3 +144,10 @@ export function summary(ranks, schedule) {
   return { makespan, busy, bubble_fraction: 1 - sumBusy / (p * makespan),
     bubble_relative: makespan / ideal - 1, inflight: peak("B"), inflight_w: peak("W") };
 }
+
+// Ch4's closed form, relative to ideal time: (p−1)/(v·m) for GPipe and 1F1B (v = 1) and interleaved 1F1B,
+// uniform stages and no transfer time (pipeline_sim.interleaved_bubble_relative); null where it does not apply.
+export function closedFormRelative(schedule, p, m, v, tComm) {
+  if (!["gpipe", "1f1b", "interleaved"].includes(schedule) || tComm !== 0) return null;
+  return (p - 1) / ((schedule === "interleaved" ? v : 1) * m);
+}

@@ -1,6 +1,6 @@
 // In-browser check: the served JavaScript recomputes the vectors Python embedded at build.
 import { memoryEstimate } from "./memory.js";
-import { simulate, summary } from "./pipeline.js";
+import { closedFormRelative, simulate, summary } from "./pipeline.js";
 
 function diff(py, js, path, bad) {
   if (typeof py === "number") {
@@ -20,7 +20,9 @@ export async function mount(root) {
   vec.memory.forEach((c, i) => diff(c.out, memoryEstimate(c.in), `memory[${i}]`, bad));
   vec.pipeline.forEach((c, i) => {
     const x = c.in;
-    diff(c.out, summary(simulate(x.schedule, x.p, x.m, x.v, x.t_f, x.t_b, x.t_w, x.t_comm), x.schedule), `pipeline[${i}]`, bad);
+    const got = summary(simulate(x.schedule, x.p, x.m, x.v, x.t_f, x.t_b, x.t_w, x.t_comm), x.schedule);
+    got.closed_relative = closedFormRelative(x.schedule, x.p, x.m, x.v, x.t_comm);
+    diff(c.out, got, `pipeline[${i}]`, bad);
   });
   if (vec.planner) {
     const { plan } = await import("./planner.js");
