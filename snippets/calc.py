@@ -19,6 +19,8 @@ from __future__ import annotations
 import importlib.util
 import json
 
+import numpy as np
+
 from snippets.common import activation_memory as am
 from snippets.common import pipeline_sim as ps
 from snippets.common import zero_memory as zm
@@ -54,10 +56,23 @@ def pipeline_summary(schedule: str, p: int, m: int, v: int = 1, t_f: float = 1.0
               if schedule in CLOSED_FORM and t_comm == 0 else None)
     return {"makespan": tl.makespan, "busy": [float(x) for x in tl.busy()],
             "bubble_fraction": tl.bubble_fraction(), "bubble_relative": tl.bubble_relative(),
-            "closed_relative": closed, "inflight": [int(x) for x in tl.inflight("B")], "inflight_w": [int(x) for x in tl.inflight("W")],
+            "closed_relative": closed, "inflight": [int(x) for x in tl.inflight("B")],
+            "inflight_stage": stage_inflight(tl), "inflight_w": [int(x) for x in tl.inflight("W")],
             "actions": [[[a["op"], a["mb"], a["chunk"], a["stage"], a["start"], a["end"]] for a in r]
                         for r in rows]}
 # --8<-- [end:pipeline]
+
+
+def stage_inflight(tl: ps.Timeline) -> list[int]:
+    """Peak micro-batches in flight per *stage* (a rank holds v stages): Timeline.inflight's walk
+    (+1 at a forward, −1 at the end of its backward), restricted to one stage's actions."""
+    peaks = []
+    for st in range(tl.p * tl.v):
+        idx = np.flatnonzero(tl.stage == st)
+        idx = idx[np.argsort(tl.start[idx], kind="stable")]
+        step = np.where(tl.op[idx] == ps.OP_CODE["F"], 1, np.where(tl.op[idx] == ps.OP_CODE["B"], -1, 0))
+        peaks.append(int(np.cumsum(step).max()) if len(idx) else 0)
+    return peaks
 
 
 def planner_available() -> bool:

@@ -193,6 +193,8 @@ def test_pipeline_visualiser_matches_the_simulator(server, browser):
         else:  # the page's claim: the simulated bubble equals Ch4's closed form
             assert float(closed.get_attribute("data-value")) == pytest.approx(want["closed_relative"], rel=1e-12)
             assert want["bubble_relative"] == pytest.approx(want["closed_relative"], rel=1e-9)
+        stage_text = page.locator(f'{root} [data-out="inflight_stage"]').inner_text()
+        assert [int(x) for x in stage_text.split(": ")[-1].split(", ")] == want["inflight_stage"], sched
         inflight = page.locator(f"{root} td.calc-inflight").all_inner_texts()
         assert [int(x.split(" / ")[0]) for x in inflight] == want["inflight"], sched
     assert "p.schedule=gpipe" in page.url and "p.p=3" in page.url

@@ -49,6 +49,8 @@ export function mount(root) {
         h("dt", { text: "bubble, 전체 시간 대비 (GPipe 의 정의)" }), h("dd", { "data-out": "bubble_fraction", text: pct(s.bubble_fraction) }),
         h("dt", { text: "bubble, 이상적 시간 대비 (Megatron 의 정의)" }), h("dd", { "data-out": "bubble_relative", text: pct(s.bubble_relative) })),
       tbl,
+      h("p", { class: "calc-note", "data-out": "inflight_stage",
+        text: `stage 별 최대 in-flight micro-batch (stage 0 부터, ${s.inflight_stage.length}개): ${s.inflight_stage.join(", ")}` }),
       ...closedLine(v, s),
       h("p", { class: "calc-note", text: "in-flight: 한 랭크가 forward 를 시작했지만 backward 가 끝나지 않은 (micro-batch, chunk) 의 최대 개수. " +
         "시간 단위는 입력한 T 값과 같습니다. 시뮬레이터는 Ch4 의 pipeline_sim.simulate 와 같은 규칙입니다." }));

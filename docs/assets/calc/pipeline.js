@@ -141,8 +141,13 @@ export function summary(ranks, schedule) {
     for (const a of acts) { n += a.op === "F" ? 1 : a.op === close ? -1 : 0; best = Math.max(best, n); }
     return best;
   });
+  const nSt = Math.max(...ranks.flat().map(a => a.stage)) + 1, stage = new Array(nSt).fill(0), live = new Array(nSt).fill(0);
+  for (const a of ranks.flat().sort((x, y) => x.start - y.start)) {  // stable: a stage's actions stay in rank order
+    live[a.stage] += a.op === "F" ? 1 : a.op === "B" ? -1 : 0;
+    stage[a.stage] = Math.max(stage[a.stage], live[a.stage]);
+  }
   return { makespan, busy, bubble_fraction: 1 - sumBusy / (p * makespan),
-    bubble_relative: makespan / ideal - 1, inflight: peak("B"), inflight_w: peak("W") };
+    bubble_relative: makespan / ideal - 1, inflight: peak("B"), inflight_w: peak("W"), inflight_stage: stage };
 }
 
 // Ch4's closed form, relative to ideal time: (p−1)/(v·m) for GPipe and 1F1B (v = 1) and interleaved 1F1B,
