@@ -142,7 +142,7 @@ def on_config(config, **kwargs):
             items.append({f"Ch{ch.number} 실습 노트북": ch.lab_path})
         if items:
             nav.append({f"Ch{ch.number} {ch.title.split(' ')[0]}": items})
-    nav += [{t: f} for t, f in (("정리 색인", "theorems.md"), ("참고문헌", "references.md")) if here(f)]
+    nav += [{t: f} for t, f in (("정리 색인", "theorems.md"), ("계산기", "calculators.md"), ("참고문헌", "references.md")) if here(f)]
     config["nav"] = nav
     if MATH_RENDER not in ("build", "browser"):
         raise PluginError(f"MATH_RENDER must be 'build' or 'browser', not {MATH_RENDER!r}")
