@@ -58,6 +58,8 @@ RUNS: list[tuple[str, int, list[str], str]] = [
     ("tp_bench", 2, [], "torchrun"),                   # Ch3: DTensor TP counts at t=2 + naive-split timeline
     ("tp_bench", 4, ["--no-timing"], "torchrun"),      # Ch3: DTensor TP counts at t=4 (counts only)
     ("mesh_3d", 4, [], "torchrun"),                    # Ch7-01: 2x2 dp x tp mesh, FSDP2 over TP: counts, loss
+    ("moe_ep", 2, [], "torchrun"),                     # Ch7-02: expert parallelism on 2 ranks: agreement, bytes, CF sweep
+    ("moe_ep", 4, [], "torchrun"),                     # Ch7-02: the same on 4 ranks (counts only, no timing)
 ]
 
 
@@ -92,6 +94,7 @@ GPU_RUNS: list[GpuRun] = [
     GpuRun("sp_activation_bench", 1, gpus=1, what="Ch6-01/04: the GPT layer's bytes on CUDA (bool masks, m = 1), t = 1"),
     GpuRun("sp_activation_bench", 2, what="Ch6-04: TP vs TP+SP per-rank bytes and NCCL collectives"),
     GpuRun("tp_bench", 2, gpus=2, what="Ch3: DTensor TP collectives per pass, agreement, naive split on NCCL (t=2)"),
+    GpuRun("moe_ep", 2, est_s=60, what="Ch7-02: expert-parallel MoE on NCCL: all-to-all splits, bytes, agreement, CF sweep"),
     GpuRun("mesh_3d", 4, est_s=60, what="Ch7-01: (dp, tp) DeviceMesh, FSDP2 over DTensor TP on NCCL: counts, loss vs 1 GPU"),
 ]
 
