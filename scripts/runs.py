@@ -60,6 +60,7 @@ RUNS: list[tuple[str, int, list[str], str]] = [
     ("mesh_3d", 4, [], "torchrun"),                    # Ch7-01: 2x2 dp x tp mesh, FSDP2 over TP: counts, loss
     ("moe_ep", 2, [], "torchrun"),                     # Ch7-02: expert parallelism on 2 ranks: agreement, bytes, CF sweep
     ("moe_ep", 4, [], "torchrun"),                     # Ch7-02: the same on 4 ranks (counts only, no timing)
+    ("dcp_bench", 2, [], "torchrun"),                  # Ch7-03: DCP FSDP2 -> 1 process / TP, async_save, exact resume
 ]
 
 
@@ -95,6 +96,7 @@ GPU_RUNS: list[GpuRun] = [
     GpuRun("sp_activation_bench", 2, what="Ch6-04: TP vs TP+SP per-rank bytes and NCCL collectives"),
     GpuRun("tp_bench", 2, gpus=2, what="Ch3: DTensor TP collectives per pass, agreement, naive split on NCCL (t=2)"),
     GpuRun("moe_ep", 2, est_s=60, what="Ch7-02: expert-parallel MoE on NCCL: all-to-all splits, bytes, agreement, CF sweep"),
+    GpuRun("dcp_bench", 2, gpus=2, est_s=60, what="Ch7-03: DCP save from FSDP2, reload 1 process / TP, async_save timing on GPU"),
     GpuRun("mesh_3d", 4, est_s=60, what="Ch7-01: (dp, tp) DeviceMesh, FSDP2 over DTensor TP on NCCL: counts, loss vs 1 GPU"),
 ]
 
