@@ -156,15 +156,17 @@ class Run:
         self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-2)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: 1.0 / (1 + s))
         g = torch.Generator().manual_seed(99)                  # the dataset: fixed rows
-        self.X = torch.randn(64, cfg["h"], generator=g)
-        self.Y = torch.randn(64, cfg["h"], generator=g)
-        self.order = torch.randperm(64, generator=torch.Generator().manual_seed(1))   # shuffled once per epoch
+        self.n = 96                                            # not a multiple of k·batch: the position matters
+        self.X = torch.randn(self.n, cfg["h"], generator=g)
+        self.Y = torch.randn(self.n, cfg["h"], generator=g)
+        self.order = torch.randperm(self.n, generator=torch.Generator().manual_seed(1))   # the shuffled order
         self.pos = 0                                           # data-loader position (batches consumed)
         torch.manual_seed(1000 + self.rank)                    # dropout differs per rank, as in real DP
 
     def step(self) -> float:
         r = self.cfg["rows"]
-        idx = self.order[(self.pos * 2 * r + self.rank * r) % 64:][:r]   # this rank's rows of the global batch
+        start = self.pos * dist.get_world_size() * r + self.rank * r          # this rank's rows of the global batch
+        idx = self.order[(torch.arange(r) + start) % self.n]
         self.pos += 1
         loss = nn.functional.mse_loss(self.model(self.X[idx].to(self.dev)), self.Y[idx].to(self.dev))
         loss.backward()
