@@ -66,6 +66,8 @@ def test_traffic_theorem_and_corollary():
     assert vi["tp"] / vi["dp"] == pytest.approx(page.tp_over_dp(t, d, B.global_batch * s, h))
     assert v["tp"] / v["pp"] == pytest.approx(4 * (t - 1) * L / p)
     assert v["tp"] > 100 * max(v["pp"], v["dp"])
+    # "PP and DP take under a second even over the NIC; TP takes seconds even over NVLink" (experiment 1)
+    assert max(v["pp"], v["dp"]) / C.inter_bw < 1 < v["tp"] / C.intra_bw
     # "over the NIC, TP takes longer than the step's compute" (experiment 1)
     assert v["tp"] / C.inter_bw > pl.evaluate(M, C, B, d, t, p)["compute_s"]
     # ZeRO-3 adds one all-gather of the parameters: (d−1)/d · eψ/(tp)
