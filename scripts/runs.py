@@ -61,6 +61,11 @@ RUNS: list[tuple[str, int, list[str], str]] = [
     ("ddp_accumulation", 4, ["--no-timing"], "torchrun"),  # Ch2-04: counts and gradients only
     ("async_sgd", 2, [], "torchrun"),                  # Ch2-06: Hogwild!, PostLocalSGDOptimizer, outer steps
     ("async_sgd", 4, [], "torchrun"),                  # Ch2-06: the same with 4 ranks (counts, distances)
+    ("mesh_3d", 4, [], "torchrun"),                    # Ch7-01: 2x2 dp x tp mesh, FSDP2 over TP: counts, loss
+    ("moe_ep", 2, [], "torchrun"),                     # Ch7-02: expert parallelism on 2 ranks: agreement, bytes, CF sweep
+    ("moe_ep", 4, [], "torchrun"),                     # Ch7-02: the same on 4 ranks (counts only, no timing)
+    ("dcp_bench", 2, [], "torchrun"),                  # Ch7-03: DCP FSDP2 -> 1 process / TP, async_save, exact resume
+    ("elastic_resume", 2, [], "python"),               # Ch7-04: torchrun --max-restarts=1, a rank killed, DCP resume
 ]
 
 
@@ -97,10 +102,17 @@ GPU_RUNS: list[GpuRun] = [
     GpuRun("tp_bench", 2, gpus=2, what="Ch3: DTensor TP collectives per pass, agreement, naive split on NCCL (t=2)"),
     GpuRun("ddp_accumulation", 2, what="Ch2-04: no_sync all-reduce counts, gradient equality, step time on CUDA"),
     GpuRun("async_sgd", 2, what="Ch2-06: local SGD / outer steps on NCCL (Hogwild! part stays on CPU)"),
+    GpuRun("moe_ep", 2, est_s=60, what="Ch7-02: expert-parallel MoE on NCCL: all-to-all splits, bytes, agreement, CF sweep"),
+    GpuRun("dcp_bench", 2, gpus=2, est_s=60, what="Ch7-03: DCP save from FSDP2, reload 1 process / TP, async_save timing on GPU"),
+    GpuRun("elastic_resume", 2, gpus=2, launcher="python", est_s=90,
+           what="Ch7-04: torchrun --max-restarts=1 on 2 GPUs, a rank killed, resumed from DCP, bitwise trajectory"),
+    GpuRun("mesh_3d", 4, est_s=60, what="Ch7-01: (dp, tp) DeviceMesh, FSDP2 over DTensor TP on NCCL: counts, loss vs 1 GPU"),
 ]
 
 def command(program: str, nproc: int, extra: list[str], launcher: str = "torchrun") -> list[str]:
     script = f"gpu_runs/{program}.py"
+    if launcher == "python":  # a program that starts torchrun itself (e.g. with a restart policy)
+        return [sys.executable, script, *extra]
     if launcher == "deepspeed":
         return [str(Path(sys.executable).with_name("deepspeed")), f"--num_gpus={nproc}", script, *extra]
     torchrun = Path(sys.executable).with_name("torchrun")

@@ -1,0 +1,124 @@
+"""Ch7-02 MoE Parallelism: each test asserts a claim the page makes, against an independent computation."""
+import math
+
+import pytest
+import torch
+
+from snippets import results
+from snippets.ch7_3d_parallelism import d02_moe_expert_parallelism as page
+from snippets.common import moe
+
+
+def test_aux_loss_values_theorem():
+    """Theorem 7.2.4: λ at uniform f or P, λE at collapse, the counterexample below λ (computed by hand)."""
+    lam, E = 0.01, 8
+    c = page.aux_cases(E=E, lam=lam)
+    assert c["uniform"] == pytest.approx(lam, rel=1e-6)
+    assert c["balanced top-1, P uniform"] == pytest.approx(lam, rel=1e-6)
+    assert c["collapse"] == pytest.approx(lam * E, rel=1e-6)
+    # E = 2, 90 % ties to expert 0, 10 % certain for expert 1: 2 (0.9·0.45 + 0.1·0.55) λ, up to the 64-token rounding
+    T = 64
+    n0 = 9 * T // 10
+    f = torch.tensor([n0 / T, 1 - n0 / T])
+    P = torch.tensor([0.5 * n0 / T, 0.5 * n0 / T + (T - n0) / T])
+    assert c["E = 2 below λ"] == pytest.approx(float(lam * 2 * (f * P).sum()), rel=1e-6) and c["E = 2 below λ"] < lam
+
+
+def test_aux_loss_bounds_on_random_routers():
+    """L_aux ≤ λE always; the relaxation λE Σ P² ≥ λ (Cauchy–Schwarz) on random routers."""
+    torch.manual_seed(0)
+    for _ in range(50):
+        E = int(torch.randint(2, 16, ()))
+        p = (torch.randn(32, E) * float(torch.rand(()) * 5)).softmax(-1)
+        lam = 0.01
+        assert float(moe.aux_loss(p, lam)) <= lam * E + 1e-9
+        assert float(lam * E * (p.mean(0) ** 2).sum()) >= lam - 1e-9
+
+
+def test_gradient_only_through_P():
+    """Theorem 7.2.5: autograd's gradient equals the formula with f constant; f carries no gradient."""
+    torch.manual_seed(1)
+    g = page.aux_gradient(torch.randn(40, 6) * 3)
+    assert torch.allclose(g["autograd"], g["formula"], atol=1e-9)
+    # finite differences on P's path agree too (independent of autograd)
+    z = torch.randn(10, 4, dtype=torch.float64)
+    base = float(moe.aux_loss(z.softmax(-1)))
+    eps = 1e-6
+    z2 = z.clone()
+    z2[3, 1] += eps
+    if (z2.softmax(-1).argmax(-1) == z.softmax(-1).argmax(-1)).all():  # f unchanged
+        fd = (float(moe.aux_loss(z2.softmax(-1))) - base) / eps
+        assert fd == pytest.approx(float(page.aux_gradient(z)["formula"][3, 1]), rel=1e-4, abs=1e-10)
+
+
+def test_capacity_and_routing():
+    """Definition 7.2.1: κ = ⌈kτφ/E⌉; no expert keeps more than κ; kept = Σ min(asked, κ) for top-1."""
+    assert moe.capacity(4096, 64, 1.25, k=2) == math.ceil(2 * 4096 * 1.25 / 64) == 160
+    torch.manual_seed(2)
+    logits = torch.randn(50, 5) + torch.linspace(0, 2, 5)
+    for k in (1, 2):
+        for cf in (0.5, 1.0, 2.0):
+            cap = moe.capacity(50, 5, cf, k)
+            expert, gate, keep, _ = moe.route(logits, k, cap)
+            kept = torch.bincount(expert[keep], minlength=5)
+            assert int(kept.max()) <= cap
+            assert torch.allclose(gate.sum(-1), torch.ones(50)) or k == 1
+            if k == 1:
+                asked = torch.bincount(expert[:, 0], minlength=5)
+                assert kept.tolist() == [min(int(a), cap) for a in asked]
+
+
+def _runs():
+    return results.load("moe_ep", kind="cpu")
+
+
+@pytest.mark.parametrize("r", _runs(), ids=lambda r: r.path.name)
+def test_ep_equals_one_process(r):
+    """Experiment 2: output, input grads, summed router grad, expert grads, aux loss all equal one process."""
+    for k in r.measurements["ranks"]:
+        assert max(k["diff"].values()) < 1e-5, k["diff"]
+        assert k["experts_with_grad"] == list(range(k["rank"] * r.params["epr"], (k["rank"] + 1) * r.params["epr"]))
+
+
+@pytest.mark.parametrize("r", _runs(), ids=lambda r: r.path.name)
+def test_all_to_all_splits_and_bytes(r):
+    """Experiment 3 / Theorem 7.2.6 (a): what rank i sent to j is what j received from i; bytes from the splits;
+    collectives: 2 all_to_all_single (counts, ids) + 2 functional forward, 2 functional backward."""
+    m, h = r.measurements, r.params["h"]
+    ranks = m["ranks"]
+    W = m["W"]
+    for i in range(W):
+        for j in range(W):
+            assert ranks[i]["send"][j] == ranks[j]["recv"][i]
+    for k in ranks:
+        assert sum(k["send"]) == k["kept_assignments"]
+        assert k["dispatch_bytes"] == k["kept_assignments"] * h * 4
+        assert k["combine_bytes"] == sum(k["recv"]) * h * 4
+        assert k["bytes_leaving"] == k["dispatch_bytes"] - k["send"][k["rank"]] * h * 4
+        assert k["comm_forward"]["all_to_all_single"]["calls"] == 2
+        assert k["comm_forward"]["all_to_all_single"]["bytes"] == 8 * (W + k["kept_assignments"])  # int64 counts + ids
+        assert k["funcol_forward"].get("c10d_functional.all_to_all_single") == 2
+        assert k["funcol_backward"] == {"c10d_functional.all_to_all_single": 2}
+        assert max(k["recv"]) <= k["capacity"] * r.params["epr"]  # a rank's experts accept at most κ each per group
+    # the uniform formula is the mean over ranks only if routing were even: here it is skewed, the last rank receives most
+    assert m["bytes_uniform_formula"] == pytest.approx(r.params["k"] * r.params["T"] * (W - 1) / W * h * 4)
+    recv_total = [sum(k["recv"]) for k in ranks]
+    assert recv_total[-1] == max(recv_total) and recv_total[-1] > min(recv_total)
+
+
+@pytest.mark.parametrize("r", _runs(), ids=lambda r: r.path.name)
+def test_capacity_sweep(r):
+    """Experiment 4 / Theorem 7.2.6 (b): drops fall as φ grows, never below the bound, zero only if Nκ ≥ max A_i."""
+    rows = page.sweep_rows(r)
+    W = r.measurements["W"]
+    for k in {x["k"] for x in rows}:
+        series = [x for x in rows if x["k"] == k]
+        drops = [x["dropped"] for x in series]
+        assert drops == sorted(drops, reverse=True)
+        for x, s in zip(series, [s for s in r.measurements["sweep"] if s["k"] == k]):
+            assert x["dropped"] >= x["bound"] - 1e-12
+            if x["dropped"] == 0:
+                assert W * x["C"] >= max(s["asked"])
+            if x["cf"] < x["imbalance"] * (1 - 1e-9) and W * x["C"] < max(s["asked"]):
+                assert x["dropped"] > 0
+        assert drops[-1] == 0  # the largest φ in the sweep keeps everything

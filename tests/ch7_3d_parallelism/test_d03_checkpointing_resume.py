@@ -1,0 +1,78 @@
+"""Ch7-03 Checkpointing 과 Resume: each test asserts a claim the page makes, against an independent computation."""
+import pytest
+import torch
+
+from snippets import results
+from snippets.ch7_3d_parallelism import d03_checkpointing_resume as page
+
+
+def _r():
+    return results.load("dcp_bench", kind="cpu")
+
+
+@pytest.mark.parametrize("r", _r(), ids=lambda r: r.path.name)
+def test_files_and_bytes(r):
+    """Experiment 1 / Theorem 7.3.4: one .distcp per rank + .metadata; shards hold at least 12ψ (fp32 + Adam m, v),
+    with a per-tensor overhead that vanishes for the large model (< 1 %)."""
+    m = r.measurements
+    n = r.hardware["world_size"]
+    assert set(m["files"]) == {".metadata", *(f"__{i}_0.distcp" for i in range(n))}
+    shards = sum(v for k, v in m["files"].items() if k.endswith(".distcp"))
+    assert shards >= page.checkpoint_bytes(m["model_params"], n)["total"]
+    # the model of experiment 1 (L blocks h→4h→h) has exactly this many parameters
+    L, h = r.params["L"], r.params["h"]
+    assert m["model_params"] == L * (h * 4 * h + 4 * h + 4 * h * h + h)
+    ah = r.params["async_h"]
+    big = 2 * (ah * 4 * ah + 4 * ah + 4 * ah * ah + ah)
+    want = page.checkpoint_bytes(big, n)["total"]
+    assert want <= m["timing"]["checkpoint_bytes"] < 1.01 * want
+
+
+@pytest.mark.parametrize("r", _r(), ids=lambda r: r.path.name)
+def test_reshard_loads_are_bitwise(r):
+    """Experiment 2: every tensor equal (torch.equal) in one process and in the TP layout; placements as stated."""
+    m = r.measurements
+    assert m["single_process_bitwise_equal"] and all(m["single_process_bitwise_equal"].values())
+    assert all(m["tp_bitwise_equal"].values()) and set(m["tp_bitwise_equal"]) == set(m["fsdp_placements"])
+    assert all(v == "(Shard(dim=0),)" for v in m["fsdp_placements"].values())
+    for k, v in m["tp_placements"].items():
+        want = {"up.weight": "(Shard(dim=0),)", "up.bias": "(Shard(dim=0),)", "down.weight": "(Shard(dim=1),)",
+                "down.bias": "(Replicate(),)"}[k.split(".", 1)[1]]
+        assert v == want, k
+
+
+@pytest.mark.parametrize("r", _r(), ids=lambda r: r.path.name)
+def test_async_timing_is_consistent(r):
+    """Experiment 3: the caller's stall never exceeds the time until the files are complete (every repetition)."""
+    t = r.measurements["timing"]
+    assert all(b <= tot for b, tot in zip(t["blocked_s"], t["total_s"]))
+    assert len(t["sync_s"]) == r.params["async_reps"]
+
+
+@pytest.mark.parametrize("r", _r(), ids=lambda r: r.path.name)
+def test_exact_resume_and_first_differing_step(r):
+    """Experiment 4 / Theorem 7.3.3: all five parts -> bitwise; each left out -> differs, first at k, k+1 or k+2."""
+    k = r.params["k"]
+    rows = {x["variant"]: x for x in page.resume_rows(r)}
+    res = r.measurements["resume"]
+    assert res["resumed"]["all"] == res["uninterrupted"] and rows["all"]["bitwise"]
+    assert res["before_stop"] == res["uninterrupted"][:k]
+    want = {"without_model": k, "without_rng": k, "without_data": k, "without_optim": k + 1, "without_sched": k + 2}
+    for name, step in want.items():
+        assert not rows[name]["bitwise"] and rows[name]["first_diff_step"] == step, name
+
+
+def test_data_period_trap():
+    """Experiment 4's caveat: 64 rows at 32 rows/step repeat every 2 steps (position 0 = position 4); 96 rows do not."""
+    def batch(n, pos, per_step=32):
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(1))
+        return order[(torch.arange(per_step) + pos * per_step) % n].tolist()
+    assert batch(64, 0) == batch(64, 4)
+    assert batch(96, 0) != batch(96, 4)
+
+
+def test_stall_formula_exercise():
+    """Exercise 1: 70B, 64 ranks: 12ψ/N per rank; the sync stall is W_c/W_s times the async stall."""
+    per_rank = page.mixed_precision_checkpoint(70e9, 64)
+    assert per_rank == pytest.approx(12 * 70e9 / 64)
+    assert page.stall(per_rank, 2e9, 25e9, False) / page.stall(per_rank, 2e9, 25e9, True) == pytest.approx(12.5)

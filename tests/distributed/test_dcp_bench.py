@@ -1,0 +1,16 @@
+"""Distributed smoke run: dcp_bench's tiny preset on 2 CPU processes (gloo): reshard loads bitwise, exact resume."""
+import pytest
+
+from snippets import results
+
+pytestmark = pytest.mark.dist
+
+
+def test_dcp_bench_tiny(run_tiny):
+    data, _ = run_tiny("dcp_bench", nproc=2, timeout=120)
+    results.validate(data)
+    m = data["measurements"]
+    assert all(m["single_process_bitwise_equal"].values()) and all(m["tp_bitwise_equal"].values())
+    res = m["resume"]
+    assert res["resumed"]["all"] == res["uninterrupted"]
+    assert all(v != res["uninterrupted"] for k, v in res["resumed"].items() if k != "all")
