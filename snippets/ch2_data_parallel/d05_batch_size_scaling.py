@@ -216,7 +216,7 @@ def goyal_warmup_iterations(batch: int, epochs: int = 5, train_images: int = IMA
 
 
 def mccandlish_curve(b, b_noise: float):
-    """ε_opt(B)/ε_max = ΔL_opt(B)/ΔL_max = 1/(1 + B_noise/B) (McCandlish eqs. 2.6–2.7)."""
+    """η_opt(B)/η_max = Δ𝓛_opt(B)/Δ𝓛_max = 1/(1 + B_noise/B) (McCandlish eqs. 2.6–2.7)."""
     b = np.asarray(b, float)
     return 1 / (1 + b_noise / b)
 

@@ -1,7 +1,7 @@
 """Ch6-02 Gradient Checkpointing (Chen 2016): the code the page runs and the tests import.
 
 Segment checkpointing of a chain of L layers, each storing A bytes of activations and taking an
-input of c_in bytes: g segments keep g inputs and rerun one segment at a time in backward.
+input of c_in bytes: n_ckpt segments keep n_ckpt inputs and rerun one segment at a time in backward.
 """
 from __future__ import annotations
 
@@ -14,21 +14,21 @@ from snippets.common import activation_memory as am
 
 
 # --8<-- [start:model]
-def segment_memory(L: int, A: float, c_in: float, g):
-    """Chen 2016 §4: (bytes kept after forward, peak bytes in backward) with g segments (g = 0: none).
+def segment_memory(L: int, A: float, c_in: float, n_ckpt):
+    """Chen 2016 §4: (bytes kept after forward, peak bytes in backward) with n_ckpt segments (n_ckpt = 0: none).
 
-    After forward: g segment inputs (g·c_in).  Backward reruns one segment of ⌈L/g⌉ layers at a time
-    while the g stored inputs are still there: g·c_in + ⌈L/g⌉·A.  No checkpointing: L·A throughout.
+    After forward: n_ckpt segment inputs (n_ckpt·c_in).  Backward reruns one segment of ⌈L/n_ckpt⌉ layers at a time
+    while the n_ckpt stored inputs are still there: n_ckpt·c_in + ⌈L/n_ckpt⌉·A.  No checkpointing: L·A throughout.
     """
-    g = np.asarray(g)
-    gg = np.maximum(g, 1)
-    after = np.where(g == 0, L * A, gg * c_in)
-    peak = np.where(g == 0, L * A, gg * c_in + np.ceil(L / gg) * A)
+    n_ckpt = np.asarray(n_ckpt)
+    gg = np.maximum(n_ckpt, 1)
+    after = np.where(n_ckpt == 0, L * A, gg * c_in)
+    peak = np.where(n_ckpt == 0, L * A, gg * c_in + np.ceil(L / gg) * A)
     return after, peak
 
 
 def best_segments(L: int, A: float, c_in: float):
-    """argmin over g = 1..L of the peak (vectorised), and the continuous optimum √(L·A/c_in)."""
+    """argmin over n_ckpt = 1..L of the peak (vectorised), and the continuous optimum √(L·A/c_in)."""
     gs = np.arange(1, L + 1)
     _, peak = segment_memory(L, A, c_in, gs)
     i = int(np.argmin(peak))
@@ -87,12 +87,12 @@ def sweep_figure(L: int = 96):
     ks = np.arange(1, L + 1)
     after, peak = segment_memory(L, A, c, ks)
     fig, ax = figures.new(7, 3.6)
-    ax.plot(ks, peak / am.GB, label="backward 중 peak  g·c_in + ⌈L/g⌉·A")
-    ax.plot(ks, after / am.GB, label="forward 뒤 보관  g·c_in")
+    ax.plot(ks, peak / am.GB, label="backward 중 peak  n_ckpt·c_in + ⌈L/n_ckpt⌉·A")
+    ax.plot(ks, after / am.GB, label="forward 뒤 보관  n_ckpt·c_in")
     k_best, pk, k_cont, _ = best_segments(L, A, c)
-    ax.axvline(math.sqrt(L), color="gray", ls=":", label=f"g = √L ≈ {math.sqrt(L):.1f}")
-    ax.plot([k_best], [pk / am.GB], "o", color="C3", label=f"최소 g = {k_best}")
-    ax.set_xlabel("segment 수 g")
+    ax.axvline(math.sqrt(L), color="gray", ls=":", label=f"n_ckpt = √L ≈ {math.sqrt(L):.1f}")
+    ax.plot([k_best], [pk / am.GB], "o", color="C3", label=f"최소 n_ckpt = {k_best}")
+    ax.set_xlabel("segment 수 n_ckpt")
     ax.set_ylabel("GB (b = 1)")
     ax.set_yscale("log")
     ax.set_title(f"GPT-3 layer × {L}: A = 114·sbh, c_in = 2·sbh")

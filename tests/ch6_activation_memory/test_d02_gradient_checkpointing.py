@@ -86,7 +86,7 @@ def test_gpt3_sweep_per_block_is_integer_optimal_up_to_about_2A_over_c():
     assert by_L[1024]["k_best"] < 1024 and by_L[1024]["best"] < by_L[1024]["per_block"]
     last = max(L for L in range(1, 400) if page.best_segments(L, A, c)[0] == L)
     assert abs(last - 2 * A / c) <= 2
-    # Exercise 2's text: block-level ties with g = ceil(L/2) at L = 114, 115 and loses from 116 on
+    # Exercise 2's text: block-level ties with n_ckpt = ceil(L/2) at L = 114, 115 and loses from 116 on
     assert last == 113
     for L, tie in ((114, True), (115, True), (116, False)):
         assert (page.best_segments(L, A, c)[1] == L * c + A) is tie
