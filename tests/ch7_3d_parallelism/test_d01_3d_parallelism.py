@@ -86,6 +86,11 @@ def test_planner_ranking_claims():
     assert all(r["links"]["tp"] == "intra" for r in rows)
     syl = page.find(rows, 2, 8, 4)
     assert syl["fits"] and rows.index(syl) > 0 and rows[0]["t"] < 8
+    # "same compute (t·p equal), the gap comes from TP; PP time and bubble are smaller for 2·8·4"
+    best = rows[0]
+    assert best["t"] * best["p"] == 32 and syl["compute_s"] == pytest.approx(best["compute_s"])
+    assert syl["comm_s"]["tp"] - best["comm_s"]["tp"] > syl["step_s"] - best["step_s"] > 0
+    assert syl["comm_s"]["pp"] < best["comm_s"]["pp"] and syl["bubble"] < best["bubble"]
     t16 = min((r for r in pl.plan(M, C, B, max_t=16) if r["t"] == 16), key=lambda r: r["step_s"])
     assert t16["links"]["tp"] == "inter" and t16["step_s"] > 2 * rows[0]["step_s"]
     # every valid layout is there: t | a, p | L, d | B, t <= g
