@@ -133,3 +133,16 @@ def test_mesh_run_matches_theorem_and_one_process(r):
     assert page.mesh_prediction(r.params, 2, 2)["total_params"] == m["total_params"]
     # the row-parallel bias is the only tensor TP replicates
     assert {n for n, pls in m["placements"].items() if pls[1] == "R"} == {f"{i}.down.bias" for i in range(r.params["L"])}
+
+
+def test_tp_over_dp_magnitudes_in_prose():
+    """Corollary 7.1.4's prose: hundreds to thousands when d ≈ t (70B, t = 8, d = 2: over a thousand); tens for
+    Llama 3 405B (t = 8, d = 64, 16M tokens/step, h = 16384); V_TP/V_PP = 4(t−1)L/p in the hundreds for both."""
+    assert 1000 < page.tp_over_dp(8, 2, 1024 * 4096, 8192) < 2000
+    assert 10 < page.tp_over_dp(8, 64, 16 * 2**20, 16384) < 100
+    assert 100 < 4 * 7 * 80 / 4 < 1000 and 100 < 4 * 7 * 126 / 16 < 1000
+    # the page's helper is the corollary, checked against the theorem's two volumes (ψ = 12Lh²)
+    L, h, s, b, m, d, t, p = 80, 8192, 4096, 1, 512, 2, 8, 4
+    v_tp = 8 * (t - 1) / t * b * s * h * 2 * L / p * m
+    v_dp = 2 * (d - 1) / d * 2 * 12 * L * h * h / (t * p)
+    assert v_tp / v_dp == pytest.approx(page.tp_over_dp(t, d, d * m * b * s, h))
