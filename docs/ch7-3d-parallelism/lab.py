@@ -1,7 +1,7 @@
 # %% [markdown]
 # # Chapter 7 실습: planner 로 배치를 고르고, 가장 작은 판을 실제로 돌려 비교하기
 #
-# 이 노트북은 노트북 PC 의 CPU 에서 1 분 안팎에 돕니다. GPU 는 필요 없고, 마지막 단계에서 CPU process 4 개 (gloo) 를 띄웁니다.
+# 이 실습은 노트북 PC 의 CPU 에서 1 분 안팎에 돕니다. GPU 는 필요 없고, 마지막 단계에서 CPU process 4 개 (gloo) 를 띄웁니다.
 #
 # 1. [Ch7-01](01-3d-parallelism.md) 의 planner (`snippets/common/planner_3d.py`) 로 모델 하나를 cluster 하나에 배치합니다:
 #    모든 $(d, t, p)$ 를 평가하고 memory, 축별 통신, bubble, step 시간으로 순위를 매깁니다.

@@ -62,7 +62,7 @@ def planner_table(rows: list[dict], k: int | None = None, extra: list[dict] = ()
 
 
 TABLE_HEADER = ["순위", "d·t·p", "m", "링크 tp/pp/dp", "model states GB", "activation GB", "합 GB",
-                "TP s", "PP s", "DP s", "bubble", "step s"]
+                "TP s", "PP s", "DP s", "bubble (이상 시간 대비)", "step s"]
 # --8<-- [end:table]
 
 

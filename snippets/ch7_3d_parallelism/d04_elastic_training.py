@@ -16,19 +16,19 @@ from snippets.common import figures
 def waste_fraction(tau, delta: float, mtbf: float, restart: float = 0.0):
     """Expected fraction of wall time not spent on new work, to first order in 1/M.
 
-    A cycle is τ of work plus δ of checkpoint. Checkpointing costs δ/(τ + δ) of the time; a failure
-    (rate 1/M) loses on average half a cycle, (τ + δ)/2, plus the restart R."""
+    A cycle is T_ck of work plus Δ of checkpoint. Checkpointing costs Δ/(T_ck + Δ) of the time; a failure
+    (rate 1/M) loses on average half a cycle, (T_ck + Δ)/2, plus the restart R."""
     tau = np.asarray(tau, dtype=float)
     return delta / (tau + delta) + ((tau + delta) / 2 + restart) / mtbf
 
 
 def young_interval(delta: float, mtbf: float) -> float:
-    """τ* = √(2δM): the minimiser of δ/τ + τ/(2M) (Young 1974)."""
+    """T_ck* = √(2ΔM): the minimiser of Δ/T_ck + T_ck/(2M) (Young 1974)."""
     return math.sqrt(2 * delta * mtbf)
 
 
 def daly_interval(delta: float, mtbf: float) -> float:
-    """Daly 2006's first-order estimate √(2δM) − δ (for δ < 2M): the minimiser of δ/(τ+δ) + (τ+δ)/(2M)."""
+    """Leading term of Daly 2006's higher-order estimate, √(2ΔM) − Δ (for Δ < 2M): the minimiser of Δ/(T_ck+Δ) + (T_ck+Δ)/(2M)."""
     return math.sqrt(2 * delta * mtbf) - delta if delta < 2 * mtbf else mtbf
 # --8<-- [end:interval]
 

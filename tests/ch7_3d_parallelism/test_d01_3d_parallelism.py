@@ -86,6 +86,11 @@ def test_planner_ranking_claims():
     assert all(r["links"]["tp"] == "intra" for r in rows)
     syl = page.find(rows, 2, 8, 4)
     assert syl["fits"] and rows.index(syl) > 0 and rows[0]["t"] < 8
+    # "same compute (t·p equal), the gap comes from TP; PP time and bubble are smaller for 2·8·4"
+    best = rows[0]
+    assert best["t"] * best["p"] == 32 and syl["compute_s"] == pytest.approx(best["compute_s"])
+    assert syl["comm_s"]["tp"] - best["comm_s"]["tp"] > syl["step_s"] - best["step_s"] > 0
+    assert syl["comm_s"]["pp"] < best["comm_s"]["pp"] and syl["bubble"] < best["bubble"]
     t16 = min((r for r in pl.plan(M, C, B, max_t=16) if r["t"] == 16), key=lambda r: r["step_s"])
     assert t16["links"]["tp"] == "inter" and t16["step_s"] > 2 * rows[0]["step_s"]
     # every valid layout is there: t | a, p | L, d | B, t <= g
@@ -128,3 +133,16 @@ def test_mesh_run_matches_theorem_and_one_process(r):
     assert page.mesh_prediction(r.params, 2, 2)["total_params"] == m["total_params"]
     # the row-parallel bias is the only tensor TP replicates
     assert {n for n, pls in m["placements"].items() if pls[1] == "R"} == {f"{i}.down.bias" for i in range(r.params["L"])}
+
+
+def test_tp_over_dp_magnitudes_in_prose():
+    """Corollary 7.1.4's prose: hundreds to thousands when d ≈ t (70B, t = 8, d = 2: over a thousand); tens for
+    Llama 3 405B (t = 8, d = 64, 16M tokens/step, h = 16384); V_TP/V_PP = 4(t−1)L/p in the hundreds for both."""
+    assert 1000 < page.tp_over_dp(8, 2, 1024 * 4096, 8192) < 2000
+    assert 10 < page.tp_over_dp(8, 64, 16 * 2**20, 16384) < 100
+    assert 100 < 4 * 7 * 80 / 4 < 1000 and 100 < 4 * 7 * 126 / 16 < 1000
+    # the page's helper is the corollary, checked against the theorem's two volumes (ψ = 12Lh²)
+    L, h, s, b, m, d, t, p = 80, 8192, 4096, 1, 512, 2, 8, 4
+    v_tp = 8 * (t - 1) / t * b * s * h * 2 * L / p * m
+    v_dp = 2 * (d - 1) / d * 2 * 12 * L * h * h / (t * p)
+    assert v_tp / v_dp == pytest.approx(page.tp_over_dp(t, d, d * m * b * s, h))

@@ -63,9 +63,13 @@ def test_capacity_and_routing():
             kept = torch.bincount(expert[keep], minlength=5)
             assert int(kept.max()) <= cap
             assert torch.allclose(gate.sum(-1), torch.ones(50)) or k == 1
+            # priority (GShard): every token's 1st choice before any 2nd choice, so 1st choices are kept
+            # up to the capacity exactly as if there were no 2nd choices
+            asked1 = torch.bincount(expert[:, 0], minlength=5)
+            kept1 = torch.bincount(expert[:, 0][keep[:, 0]], minlength=5)
+            assert kept1.tolist() == [min(int(a), cap) for a in asked1]
             if k == 1:
-                asked = torch.bincount(expert[:, 0], minlength=5)
-                assert kept.tolist() == [min(int(a), cap) for a in asked]
+                assert kept.tolist() == kept1.tolist()
 
 
 def _runs():
