@@ -293,6 +293,8 @@ def _references() -> dict:
 
 def _short(ref: dict) -> str:
     authors = ref["authors"]
+    if "short" in ref:  # a group author ("Llama Team", "PyTorch contributors") names itself
+        return f"{ref['short']} {ref['year']}"
     if len(authors) == 1:
         who = authors[0].split()[-1]
     elif len(authors) == 2:
