@@ -14,21 +14,21 @@ from snippets.common import figures
 
 # --8<-- [start:interval]
 def waste_fraction(tau, delta: float, mtbf: float, restart: float = 0.0):
-    """Expected fraction of wall time not spent on new work, to first order in 1/M.
+    """Expected fraction of wall time not spent on new work, to first order in 1/T_MTBF.
 
     A cycle is T_ck of work plus Δ of checkpoint. Checkpointing costs Δ/(T_ck + Δ) of the time; a failure
-    (rate 1/M) loses on average half a cycle, (T_ck + Δ)/2, plus the restart R."""
+    (rate 1/T_MTBF) loses on average half a cycle, (T_ck + Δ)/2, plus the restart R."""
     tau = np.asarray(tau, dtype=float)
     return delta / (tau + delta) + ((tau + delta) / 2 + restart) / mtbf
 
 
 def young_interval(delta: float, mtbf: float) -> float:
-    """T_ck* = √(2ΔM): the minimiser of Δ/T_ck + T_ck/(2M) (Young 1974)."""
+    """T_ck* = √(2Δ·T_MTBF): the minimiser of Δ/T_ck + T_ck/(2T_MTBF) (Young 1974)."""
     return math.sqrt(2 * delta * mtbf)
 
 
 def daly_interval(delta: float, mtbf: float) -> float:
-    """Leading term of Daly 2006's higher-order estimate, √(2ΔM) − Δ (for Δ < 2M): the minimiser of Δ/(T_ck+Δ) + (T_ck+Δ)/(2M)."""
+    """Leading term of Daly 2006's higher-order estimate, √(2Δ·T_MTBF) − Δ (for Δ < 2T_MTBF): the minimiser of Δ/(T_ck+Δ) + (T_ck+Δ)/(2T_MTBF)."""
     return math.sqrt(2 * delta * mtbf) - delta if delta < 2 * mtbf else mtbf
 # --8<-- [end:interval]
 
@@ -42,7 +42,7 @@ def simulate_waste(tau: float, delta: float, mtbf: float, restart: float = 0.0, 
     work = work or 100 * mtbf
     cycles = int(math.ceil(work / tau))
     cycle = tau + delta
-    # per run: the number of failed attempts before each cycle succeeds is geometric with p = exp(−cycle/M)
+    # per run: the number of failed attempts before each cycle succeeds is geometric with p = exp(−cycle/T_MTBF)
     p_ok = math.exp(-cycle / mtbf)
     fails = rng.geometric(p_ok, size=(runs, cycles)) - 1
     n_fail = fails.sum(axis=1)

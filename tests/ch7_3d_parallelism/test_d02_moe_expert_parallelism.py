@@ -52,7 +52,7 @@ def test_gradient_only_through_P():
 
 
 def test_capacity_and_routing():
-    """Definition 7.2.1: κ = ⌈kτφ/E⌉; no expert keeps more than κ; kept = Σ min(asked, κ) for top-1."""
+    """Definition 7.2.1: n_cap = ⌈kτφ/E⌉; no expert keeps more than n_cap; kept = Σ min(asked, n_cap) for top-1."""
     assert moe.capacity(4096, 64, 1.25, k=2) == math.ceil(2 * 4096 * 1.25 / 64) == 160
     torch.manual_seed(2)
     logits = torch.randn(50, 5) + torch.linspace(0, 2, 5)
@@ -103,7 +103,7 @@ def test_all_to_all_splits_and_bytes(r):
         assert k["comm_forward"]["all_to_all_single"]["bytes"] == 8 * (W + k["kept_assignments"])  # int64 counts + ids
         assert k["funcol_forward"].get("c10d_functional.all_to_all_single") == 2
         assert k["funcol_backward"] == {"c10d_functional.all_to_all_single": 2}
-        assert max(k["recv"]) <= k["capacity"] * r.params["epr"]  # a rank's experts accept at most κ each per group
+        assert max(k["recv"]) <= k["capacity"] * r.params["epr"]  # a rank's experts accept at most n_cap each per group
     # the uniform formula is the mean over ranks only if routing were even: here it is skewed, the last rank receives most
     assert m["bytes_uniform_formula"] == pytest.approx(r.params["k"] * r.params["T"] * (W - 1) / W * h * 4)
     recv_total = [sum(k["recv"]) for k in ranks]
@@ -112,7 +112,7 @@ def test_all_to_all_splits_and_bytes(r):
 
 @pytest.mark.parametrize("r", _runs(), ids=lambda r: r.path.name)
 def test_capacity_sweep(r):
-    """Experiment 4 / Theorem 7.2.6 (b): drops fall as φ grows, never below the bound, zero only if Nκ ≥ max A_i."""
+    """Experiment 4 / Theorem 7.2.6 (b): drops fall as φ grows, never below the bound, zero only if Nn_cap ≥ max A_i."""
     rows = page.sweep_rows(r)
     W = r.measurements["W"]
     for k in {x["k"] for x in rows}:

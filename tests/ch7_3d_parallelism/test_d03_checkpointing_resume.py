@@ -72,7 +72,7 @@ def test_data_period_trap():
 
 
 def test_stall_formula_exercise():
-    """Exercise 1: 70B, 64 ranks: 12ψ/N per rank; the sync stall is W_c/W_s times the async stall."""
+    """Exercise 1: 70B, 64 ranks: 12ψ/N per rank; the sync stall is BW_host/BW_save times the async stall."""
     per_rank = page.mixed_precision_checkpoint(70e9, 64)
     assert per_rank == pytest.approx(12 * 70e9 / 64)
     assert page.stall(per_rank, 2e9, 25e9, False) / page.stall(per_rank, 2e9, 25e9, True) == pytest.approx(12.5)
