@@ -255,7 +255,8 @@ def test_planner_ranks_layouts_and_validates(server, browser):
 
 @pytest.mark.parametrize("rel, kind, schedule", [("ch5-zero-sharding/01-zero-motivation/", "memory", None),
                                                  ("ch6-activation-memory/01-activation-size/", "memory", None),
-                                                 ("ch4-pipeline-parallel/02-gpipe-microbatching/", "pipeline", "gpipe")])
+                                                 ("ch4-pipeline-parallel/02-gpipe-microbatching/", "pipeline", "gpipe"),
+                                                 ("ch7-3d-parallelism/01-3d-parallelism/", "planner", None)])
 def test_widget_embedded_in_its_chapter_page(server, browser, rel, kind, schedule):
     base, site = server
     if not (site / rel / "index.html").exists():
@@ -266,6 +267,11 @@ def test_widget_embedded_in_its_chapter_page(server, browser, rel, kind, schedul
     assert page.locator(".calc-widget").count() == 1
     if kind == "memory":
         assert _bytes(_cell(page, root, "total", 1)) == round(calc.memory_estimate(**_mem_in())["total"])
+    elif kind == "planner":  # the default inputs are the page's 70B / 64 GPU case: same first layout as Python
+        from snippets.common import planner_3d as pl
+        want = pl.plan(pl.LLAMA70B, pl.H100_64, pl.BATCH_4M)
+        assert page.locator(f"{root} tbody tr").first.get_attribute("data-layout") == \
+            f"{want[0]['d']}x{want[0]['t']}x{want[0]['p']}"
     else:
         assert page.locator(f'{root} select[name="schedule"]').input_value() == schedule
         want = calc.pipeline_summary(schedule, 4, 8, 2)
