@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import statistics
 import tempfile
 import time
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from snippets.common.procs import start_workers
 
 
 # --8<-- [start:ring]
@@ -102,8 +102,6 @@ def run_lab(sizes=(1 << 10, 1 << 14, 1 << 18, 1 << 22), iters: int = 10, world: 
     with tempfile.TemporaryDirectory() as tmp:
         init_file, out_path = os.path.join(tmp, "store"), os.path.join(tmp, "out.json")
         # fork on Linux (children inherit the imported torch: seconds faster); spawn elsewhere (macOS)
-        method = "fork" if sys.platform == "linux" else "spawn"
-        mp.start_processes(worker, args=(world, init_file, list(sizes), iters, out_path), nprocs=world,
-                           join=True, start_method=method)
+        start_workers(worker, (world, init_file, list(sizes), iters, out_path), world)
         return json.loads(Path(out_path).read_text())
 # --8<-- [end:run]

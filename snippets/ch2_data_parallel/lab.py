@@ -10,17 +10,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
 
 from snippets.common.ddp_buckets import assign_buckets, ddp_limits
+from snippets.common.procs import start_workers
 
 D, LAYERS, ROWS, STEPS, LR = 64, 4, 16, 4, 0.05
 CAP_MB = 0.02  # 20,971 bytes: a bucket closes after one 64×64 weight and its bias (16.6 KB) plus the next
@@ -168,6 +167,5 @@ def run(worker, world: int = 3) -> list[dict]:
     """Spawn `world` gloo processes running `worker`; return each rank's measurements."""
     with tempfile.TemporaryDirectory() as tmp:
         store = os.path.join(tmp, "store")
-        method = "fork" if sys.platform == "linux" else "spawn"
-        mp.start_processes(worker, args=(world, store, tmp), nprocs=world, join=True, start_method=method)
+        start_workers(worker, (world, store, tmp), world)
         return [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
+from snippets.common.procs import start_workers
 
 H, B, S = 64, 2, 16  # hidden size, micro-batch, sequence length (4h = 256 divisible by 2 and 4)
 
@@ -157,6 +156,5 @@ def run(worker, world: int = 2) -> list[dict]:
     """Spawn `world` gloo processes running `worker`; return each rank's measurements."""
     with tempfile.TemporaryDirectory() as tmp:
         store = os.path.join(tmp, "store")
-        method = "fork" if sys.platform == "linux" else "spawn"
-        mp.start_processes(worker, args=(world, store, tmp), nprocs=world, join=True, start_method=method)
+        start_workers(worker, (world, store, tmp), world)
         return [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]

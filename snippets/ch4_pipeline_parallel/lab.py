@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
+from snippets.common.procs import start_workers
 
 D, ROWS, M, LAYERS = 32, 8, 4, 4
 SLEEP = 0.004  # seconds added to each forward (twice to each backward): makes the schedule visible on a busy CPU
@@ -161,8 +160,7 @@ def run(worker, schedule: str, world: int = 2) -> list[dict]:
     """Spawn `world` gloo processes running worker(rank, world, store, outdir, schedule)."""
     with tempfile.TemporaryDirectory() as tmp:
         store = os.path.join(tmp, "store")
-        method = "fork" if sys.platform == "linux" else "spawn"
-        mp.start_processes(worker, args=(world, store, tmp, schedule), nprocs=world, join=True, start_method=method)
+        start_workers(worker, (world, store, tmp, schedule), world)
         return [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]
 
 

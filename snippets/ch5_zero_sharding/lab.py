@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 from torch.distributed.fsdp import fully_shard
+from snippets.common.procs import start_workers
 
 DIMS = (256, 256, 256, 256, 256)  # a 4-layer MLP; every size divisible by 2 and 4
 STEPS = 3
@@ -144,6 +143,5 @@ def run(worker, world: int = 2) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         store = os.path.join(tmp, "store")
         # fork on Linux (children inherit the imported torch: seconds faster); spawn elsewhere (macOS)
-        method = "fork" if sys.platform == "linux" else "spawn"
-        mp.start_processes(worker, args=(world, store, tmp), nprocs=world, join=True, start_method=method)
+        start_workers(worker, (world, store, tmp), world)
         return [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]
