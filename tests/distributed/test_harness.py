@@ -20,12 +20,16 @@ pytestmark = pytest.mark.dist
 MIN_WORLD = re.compile(r"harness\.init\([^)]*min_world_size=(\d+)")
 
 
+def _min_world(program: str) -> int:
+    m = MIN_WORLD.search((ROOT / "gpu_runs" / f"{program}.py").read_text(encoding="utf-8"))
+    return int(m.group(1)) if m else 1
+
+
 def _programs_needing(n: int) -> list[str]:
     out = []
     for p in sorted((ROOT / "gpu_runs").glob("*.py")):
         text = p.read_text(encoding="utf-8")
-        m = MIN_WORLD.search(text)
-        if m and int(m.group(1)) >= n and "needs CUDA" not in text:  # GPU-only programs refuse CPU first
+        if _min_world(p.stem) >= n and "needs CUDA" not in text:  # GPU-only programs refuse CPU first
             out.append(p.stem)
     return out
 
@@ -40,7 +44,7 @@ def test_one_process_is_refused_with_exit_2(program):
     assert proc.returncode != 0
     # torchrun exits 1 and reports the worker's own exit code
     assert re.search(r"exitcode\s*:\s*2\b", proc.stderr), proc.stderr[-2000:]
-    assert "error: this program needs a world size of at least 2, got 1" in proc.stderr
+    assert f"error: this program needs a world size of at least {_min_world(program)}, got 1" in proc.stderr
 
 
 CORRUPT = textwrap.dedent('''
