@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,21 +26,21 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
-def _load_cache_module():
-    """scripts/book_cache.py, loaded once per process (it wraps markdown-exec and holds the audit hook)."""
+def _load_script(name: str):
+    """scripts/<name>.py, loaded once per process by its path (scripts/ is not a package). book_cache
+    must stay one module per process: it wraps markdown-exec and holds the audit hook."""
     import importlib.util
 
-    name = "book_cache"
     mod = sys.modules.get(name)
-    if mod is None or Path(mod.__file__).resolve() != ROOT / "scripts" / "book_cache.py":
-        spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "book_cache.py")
+    if mod is None or Path(mod.__file__).resolve() != ROOT / "scripts" / f"{name}.py":
+        spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod
         spec.loader.exec_module(mod)
     return mod
 
 
-bc = _load_cache_module()
+bc = _load_script("book_cache")
 # `mkdocs serve` reloads this file on every rebuild but keeps the process: forget this repository's
 # modules, so that the nav, the results checks and the cells use the code as it is now on disk
 bc.forget_repo_modules()
@@ -160,16 +161,35 @@ def on_config(config, **kwargs):
 _LABS: dict[str, dict] = {}
 
 
+LAB_NICE = 10
+LAB_JOBS = max(1, int(os.environ.get("BOOK_LAB_JOBS", "2")))
+_LAB_SLOTS = threading.BoundedSemaphore(LAB_JOBS)
+
+
 def _execute_lab(src: Path, out: Path, box: dict) -> None:
     """Execute a jupytext lab with nbclient (errors not allowed) and write the executed .ipynb."""
+    name = src.relative_to(ROOT).as_posix() if src.is_relative_to(ROOT) else str(src)
+    if box.get("hit"):
+        return
+    # The pages' cells run in the main thread and every page waits for them; a lab page waits only for
+    # its own notebook. So the labs yield: this thread (and the kernel, forkserver and workers it starts,
+    # which inherit a thread's nice value on Linux) runs at a lower priority, and at most LAB_JOBS
+    # notebooks run at once. On 2 cores the main thread keeps one core and the labs fill the rest.
+    if hasattr(os, "setpriority"):
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LAB_NICE)
+        except OSError:
+            pass
+    with _LAB_SLOTS:
+        _run_lab(src, out, box, name)
+
+
+def _run_lab(src: Path, out: Path, box: dict, name: str) -> None:
     import jupytext
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
-    name = src.relative_to(ROOT).as_posix() if src.is_relative_to(ROOT) else str(src)
-    if box.get("hit"):
-        return
     try:
         from traitlets.config import Config
 
@@ -197,7 +217,7 @@ def _start_labs(config) -> None:
     import threading
 
     tmp = Path(tempfile.mkdtemp(prefix="book-labs-"))
-    for lab in sorted(Path(config["docs_dir"]).glob("ch*/lab.py")):
+    for lab in sorted(Path(config["docs_dir"]).glob("ch*/lab.py"), reverse=True):
         rel = lab.relative_to(config["docs_dir"]).as_posix()
         if not _selected(rel):
             continue
@@ -269,6 +289,11 @@ def on_files(files, config, **kwargs):
         for f in [f for f in files if f.src_uri.startswith("ch") and not _selected(f.src_uri)
                   and (f.src_uri.endswith(".md") or f.src_uri.endswith("lab.py"))]:
             files.remove(f)
+    # Pages are rendered in the order of `files`: the lab pages go last, so that the main thread renders
+    # every other page while the notebooks run, and waits for a lab only when nothing else is left.
+    for f in [f for f in files.documentation_pages() if f.src_uri.endswith("lab.py")]:
+        files.remove(f)
+        files.append(f)
     return files
 
 
@@ -519,23 +544,15 @@ def _lab_downloads(output: str, page, config) -> str:
 NB_STYLE = re.compile(r'<style type="text/css">\s*(@charset "UTF-8";\.jupyter-wrapper\{.*?)</style>', re.S)
 
 
-def _shared_notebook_css(output: str, page, config) -> str:
-    """mkdocs-jupyter inlines JupyterLab's stylesheet (about 0.6 MB) into every lab page: write it once
-    as assets/notebook/<sha>.css and link it, so that the browser caches it across labs."""
-    import hashlib
-    import posixpath
-
+def _notebook_css(output: str) -> str:
+    """mkdocs-jupyter inlines JupyterLab's whole stylesheet (575 KB, 87 KB gzip) into every lab page.
+    Keep, inline, only the rules this page can use (scripts/css_prune.py): about 3 KB gzip."""
+    prune = _load_script("css_prune").prune
     m = NB_STYLE.search(output)
     if not m:
         return output
-    css = m.group(1)
-    name = f"assets/notebook/{hashlib.sha256(css.encode('utf-8')).hexdigest()[:12]}.css"
-    dest = Path(config["site_dir"]) / name
-    if not dest.exists():
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_text(css, encoding="utf-8")
-    href = posixpath.relpath(name, posixpath.dirname(page.file.dest_uri) or ".")
-    return output[:m.start()] + f'<link rel="stylesheet" href="{href}">' + output[m.end():]
+    rest = output[:m.start()] + output[m.end():]
+    return output[:m.start()] + '<style type="text/css">' + prune(m.group(1), rest) + "</style>" + output[m.end():]
 
 
 def on_post_page(output, page, config, **kwargs):
@@ -544,13 +561,15 @@ def on_post_page(output, page, config, **kwargs):
 
     if page.file.src_uri.endswith("lab.py"):
         output = _lab_downloads(output, page, config)
-        output = _shared_notebook_css(output, page, config)
 
     t0 = time.perf_counter()
     try:
-        return _post_page(output, page)
+        output = _post_page(output, page)
     finally:
         _PAGE_SECONDS[page.file.src_uri + " (KaTeX)"] = time.perf_counter() - t0
+    if page.file.src_uri.endswith("lab.py"):  # after the math: the page's final markup decides the CSS
+        output = _notebook_css(output)
+    return output
 
 
 def _post_page(output, page):

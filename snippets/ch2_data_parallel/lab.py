@@ -158,6 +158,10 @@ def compare_worker(rank: int, world: int, store: str, outdir: str):
     out["hand_buckets"] = [[names[i] for i in b] for b in hands[0].buckets]
     out["param_names"] = names
     Path(outdir, f"rank{rank}.json").write_text(json.dumps(out))
+    # Free DDP while the process group is still registered. Otherwise its C++ Reducer can hold the last
+    # reference at exit and destroy the gloo group while holding the GIL, which gloo's worker thread may
+    # need (a hang seen with torch 2.13 when the forkserver had already imported torch._dynamo).
+    del ddp, opts
     dist.barrier()
     dist.destroy_process_group()
 # --8<-- [end:worker]
@@ -167,5 +171,5 @@ def run(worker, world: int = 3) -> list[dict]:
     """Spawn `world` gloo processes running `worker`; return each rank's measurements."""
     with tempfile.TemporaryDirectory() as tmp:
         store = os.path.join(tmp, "store")
-        start_workers(worker, (world, store, tmp), world)
+        start_workers(worker, (world, store, tmp), world, preload=("torch._dynamo",))
         return [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]
