@@ -147,3 +147,45 @@ def test_instant_navigation_keeps_math_rendered(server, browser):
     assert page.locator(".katex-error").count() == 0
     page.screenshot(path=str(ARTIFACTS / "instant-nav-ring.png"))
     assert not errors and not foreign
+
+
+STYLE_DIGEST_JS = """() => {
+  const props = ["display", "position", "color", "background-color", "font-family", "font-size", "font-weight",
+    "font-style", "line-height", "white-space", "margin-top", "margin-bottom", "margin-left", "padding-top",
+    "padding-left", "border-top-width", "border-top-style", "border-top-color", "border-left-width",
+    "overflow-x", "text-align", "width", "height", "visibility", "opacity", "box-shadow", "list-style-type"];
+  const out = [];
+  for (const el of document.querySelectorAll("body *")) {
+    const cs = getComputedStyle(el);
+    out.push(el.tagName + "." + el.className + ":" + props.map(p => cs.getPropertyValue(p)).join("|"));
+  }
+  return out;
+}"""
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_pruned_notebook_css_looks_the_same_as_the_whole_stylesheet(server, browser, scheme):
+    """A lab page carries only the notebook CSS rules it can use (scripts/css_prune.py). Swap in the
+    whole JupyterLab stylesheet that mkdocs-jupyter produces (an independent conversion of the same lab)
+    and compare the computed style of every element of the page, in the light and the dark scheme."""
+    from mkdocs_jupyter.nbconvert2 import nb2html
+
+    base, site = server
+    whole = re.search(r'<style type="text/css">\s*(@charset "UTF-8";\.jupyter-wrapper\{.*?)</style>',
+                      nb2html(str(ROOT / "docs" / "ch4-pipeline-parallel" / "lab.py"), theme="auto"), re.S)
+    assert whole and len(whole.group(1)) > 400_000
+    for ch in ("ch1-collective", "ch4-pipeline-parallel"):
+        page = browser.new_page(viewport={"width": 1280, "height": 900}, color_scheme=scheme)
+        page.goto(f"{base}{ch}/lab/", wait_until="networkidle")
+        pruned = page.evaluate("""() => [...document.querySelectorAll("style")]
+            .filter(s => s.textContent.startsWith('@charset "UTF-8";.jupyter-wrapper{')).map(s => s.textContent.length)""")
+        assert len(pruned) == 1 and pruned[0] < 60_000, pruned
+        before = page.evaluate(STYLE_DIGEST_JS)
+        page.evaluate("""css => { const s = [...document.querySelectorAll("style")]
+            .find(s => s.textContent.startsWith('@charset "UTF-8";.jupyter-wrapper{')); s.textContent = css; }""",
+                      whole.group(1))
+        after = page.evaluate(STYLE_DIGEST_JS)
+        page.close()
+        assert len(before) == len(after) > 500
+        diff = [(b, a) for b, a in zip(before, after) if b != a]
+        assert not diff, f"{ch} ({scheme}): {len(diff)} elements styled differently, e.g. {diff[:2]}"
