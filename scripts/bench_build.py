@@ -126,7 +126,7 @@ def serve_figures(repo: Path) -> dict:
                 sys.exit(f"no rebuild after the snippet edit:\n{text()[-3000:]}")
             time.sleep(0.05)
         out["serve_snippet_edit"] = time.perf_counter() - t0
-        tail = text()[-4000:]
+        tail = text()[-20000:]  # BOOK_TIMING prints two lines per page after the cache summary
         m = re.findall(r"book cache: cells executed on (\d+) pages( \([^)]*\))?", tail)
         out["serve_snippet_pages"] = (m[-1][0] + m[-1][1]) if m else "?"
         cells = re.findall(r"page time +([\d.]+) s  ch1-collective/03-ring-allreduce.md$", tail, re.M)
