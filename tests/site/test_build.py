@@ -268,6 +268,8 @@ def test_search_index_keeps_prose_and_leaves_out_code_cells_and_solutions(built_
     assert any("대역폭" in d["text"] or "대역폭" in d["title"] for d in ring)
     # what a cell printed is not indexed: a provenance box, a solution's collapsed text
     assert "provenance-table" not in text and "출처 (provenance)" not in text
+    # nor a table a cell printed (Ch1-03's ring trace: header "단계 | rank | chunk 0 | chunk 1 ...")
+    assert not any("chunk 0 chunk 1 chunk 2" in d["text"] for d in ring)
 
 
 def test_lab_pages_carry_only_the_notebook_css_they_use(built_site):
