@@ -89,41 +89,39 @@ def _selector_used(selector: str, words: set[str]) -> bool:
     return all(name in words for name in names)
 
 
-def _prune_rules(css: str, words: set[str]) -> str:
+def _walk(css: str, style_rule) -> str:
+    """Rebuild `css`, passing each style rule (inside @media and @supports too) through
+    `style_rule(prelude, body)`, which returns the rule's new text or "" to drop it. Blocks left empty go."""
     out = []
     for prelude, body in rules(css):
         if body is None:
             out.append(prelude + ";")
         elif prelude.startswith(("@media", "@supports")):
-            inner = _prune_rules(body, words)
+            inner = _walk(body, style_rule)
             if inner:
                 out.append(prelude + "{" + inner + "}")
         elif prelude.startswith("@"):
             out.append(prelude + "{" + body + "}")
         else:
-            kept = [s.strip() for s in _split(prelude, ",") if s.strip() and _selector_used(s, words)]
-            if kept:
-                out.append(",".join(kept) + "{" + body + "}")
+            out.append(style_rule(prelude, body))
     return "".join(out)
+
+
+def _prune_rules(css: str, words: set[str]) -> str:
+    def rule(prelude: str, body: str) -> str:
+        kept = [s.strip() for s in _split(prelude, ",") if s.strip() and _selector_used(s, words)]
+        return ",".join(kept) + "{" + body + "}" if kept else ""
+
+    return _walk(css, rule)
 
 
 def _drop_variables(css: str, used: set[str]) -> str:
-    out = []
-    for prelude, body in rules(css):
-        if body is None:
-            out.append(prelude + ";")
-        elif prelude.startswith(("@media", "@supports")):
-            inner = _drop_variables(body, used)
-            if inner:
-                out.append(prelude + "{" + inner + "}")
-        elif prelude.startswith("@"):
-            out.append(prelude + "{" + body + "}")
-        else:
-            decls = [d for d in _split(body, ";") if d.strip()]
-            decls = [d for d in decls if not d.strip().startswith("--") or d.split(":", 1)[0].strip() in used]
-            if decls:
-                out.append(prelude + "{" + ";".join(decls) + "}")
-    return "".join(out)
+    def rule(prelude: str, body: str) -> str:
+        decls = [d for d in _split(body, ";") if d.strip()]
+        decls = [d for d in decls if not d.strip().startswith("--") or d.split(":", 1)[0].strip() in used]
+        return prelude + "{" + ";".join(decls) + "}" if decls else ""
+
+    return _walk(css, rule)
 
 
 def _prune_variables(css: str, html: str) -> str:
