@@ -256,7 +256,9 @@ def _run_lab(src: Path, out: Path, box: dict, name: str) -> None:
 
 def _start_labs(config) -> None:
     """Start every chapter lab's kernel now, in threads: the notebooks run on the second core while
-    the main thread renders the Markdown pages. The lab page then renders the executed copy."""
+    the main thread renders the Markdown pages. The lab page then renders the executed copy. The threads
+    queue for LAB_JOBS slots in reverse chapter order: the later chapters' labs start the most processes
+    (Ch7 runs torchrun with 4 workers), and a long lab started last would be the build's tail."""
     import tempfile
     import threading
 
