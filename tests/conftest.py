@@ -55,6 +55,21 @@ def run_tiny(tmp_path):
 PROBE_REFERENCE_S = 0.24
 
 
+def run_lab_script(lab: Path, budget_s: float) -> str:
+    """Run a chapter lab (jupytext percent script) as a plain Python program, as a reader could; it must
+    exit 0 within `budget_s` on the usual machine. Returns what it printed."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+           "OMP_NUM_THREADS": "1"}
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, str(lab)], cwd=lab.parent, env=env, capture_output=True, text=True,
+                          timeout=600)
+    took = time.perf_counter() - t0
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert took / slowdown() < budget_s, (f"{lab.parent.name} lab took {took:.1f} s (slowdown {slowdown():.2f}); "
+                                          f"budget {budget_s:.0f} s")
+    return proc.stdout
+
+
 def machine_speed_probe() -> float:
     """A fixed pure-Python workload; best of three, in seconds (measured once per session)."""
     global _PROBE

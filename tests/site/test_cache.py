@@ -32,15 +32,14 @@ TINY_LAB = ('# %% [markdown]\n# # Lab\n\n# %%\nfrom snippets.common import figur
 
 
 def _copy(dest: Path) -> Path:
-    listed = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, check=True).stdout.decode().split("\0")
-    for rel in filter(None, listed):
-        src = ROOT / rel
-        if src.is_file() and not src.is_symlink():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
-    for link in (".venv", "node_modules"):
-        (dest / link).symlink_to((ROOT / link).resolve())
+    """A copy of this checkout (what git tracks or would track, as on disk), made as scripts/bench_build.py
+    makes its own, with a one-cell lab in place of the Ch1 lab."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_build_for_tests", ROOT / "scripts" / "bench_build.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    bench.copy_checkout(dest)
     (dest / "docs" / LAB).write_text(TINY_LAB, encoding="utf-8")  # one kernel start, not a real lab's minute
     return dest
 
