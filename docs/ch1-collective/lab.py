@@ -20,8 +20,8 @@
 # 2. **시간**: 두 구현의 시간을 메시지 크기별로 재고, [Ch1-05](../05-bandwidth-latency/) 의 α-β 모델로 읽습니다.
 #
 # 노트북 CPU 에서 gloo backend 로 process 2 개를 띄우며, 1 분 안쪽으로 끝납니다. Process 는 `torch.multiprocessing` 으로
-# 띄웁니다 (Linux 는 fork, macOS 는 spawn). spawn 은 새 interpreter 를 띄우므로, 각 process 가 실행할 함수는 노트북이
-# 아니라 import 할 수 있는 모듈 `snippets/ch1_collective/lab.py` 에 있습니다. Process 들은 임시 디렉터리의 파일 (`file://` init method) 로 서로를 찾으므로
+# 띄웁니다 (Linux 는 forkserver: torch 를 한 번 import 한 process 에서 fork 합니다. macOS 는 spawn). 두 방식 모두 새 process 가
+# 함수를 import 해서 실행하므로, 각 process 가 실행할 함수는 노트북이 아니라 import 할 수 있는 모듈 `snippets/ch1_collective/lab.py` 에 있습니다. Process 들은 임시 디렉터리의 파일 (`file://` init method) 로 서로를 찾으므로
 # 포트를 고를 필요가 없습니다.
 
 # %%

@@ -14,8 +14,8 @@
 # 매 step 뒤 각 모델의 parameter 의 SHA-256 을 비교합니다. 네 모델은 rank 마다 다른 seed 로 만들지만, DDP 와 `HandDDP` 모두 rank 0
 # 의 parameter 를 broadcast 하므로 같은 값에서 시작합니다.
 #
-# Worker 함수는 새로 띄운 process 가 import 할 수 있도록 `snippets/ch2_data_parallel/lab.py` 에 있습니다 (Linux 는 fork, macOS 는
-# spawn). 아래 셀들은 그 함수를 부르고 결과를 표로 만듭니다.
+# Worker 함수는 새로 띄운 process 가 import 할 수 있도록 `snippets/ch2_data_parallel/lab.py` 에 있습니다 (Linux 는 forkserver, macOS
+# 는 spawn). 아래 셀들은 그 함수를 부르고 결과를 표로 만듭니다.
 
 # %%
 import torch

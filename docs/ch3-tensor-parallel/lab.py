@@ -10,7 +10,7 @@
 #    두 구현이 내는 collective 를 `CommDebugMode` 로 셉니다.
 #
 # worker 함수는 새로 띄운 process 가 import 할 수 있도록 `snippets/ch3_tensor_parallel/lab.py` 에 있습니다
-# (Linux 는 fork, macOS 는 spawn). 아래 셀들은 그 함수를 부르고 결과를 표로 만듭니다.
+# (Linux 는 forkserver, macOS 는 spawn). 아래 셀들은 그 함수를 부르고 결과를 표로 만듭니다.
 
 # %%
 import inspect

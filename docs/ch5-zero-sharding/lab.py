@@ -13,7 +13,7 @@
 # 2. 같은 모델을 **FSDP2** (`torch.distributed.fsdp.fully_shard`) 로 학습합니다.
 # 3. 두 경우의 rank 당 bytes 를 `snippets/common/zero_memory.py` 의 공식과 비교합니다.
 #
-# worker 함수는 새로 띄운 process 가 import 할 수 있도록 `snippets/ch5_zero_sharding/lab.py` 에 있습니다 (Linux 는 fork, macOS 는 spawn).
+# worker 함수는 새로 띄운 process 가 import 할 수 있도록 `snippets/ch5_zero_sharding/lab.py` 에 있습니다 (Linux 는 forkserver, macOS 는 spawn).
 # 아래 셀들은 그 함수를 부르고 결과를 표로 만듭니다.
 
 # %%

@@ -1,8 +1,8 @@
 """Chapter 1 lab: a ring AllReduce built from point-to-point send/recv, checked and timed against
-dist.all_reduce with real processes (gloo; torch.multiprocessing, fork on Linux and spawn elsewhere).
+dist.all_reduce with real processes (gloo; snippets.common.procs: a forkserver on Linux, spawn elsewhere).
 
-The worker functions live here (not in the notebook) because `spawn` (the start method on macOS) starts fresh interpreters
-that must import the function they run. Rendezvous is a file:// store in a temporary directory,
+The worker functions live here (not in the notebook) because both start methods (forkserver on Linux, spawn on
+macOS) import the function they run in the new process. Rendezvous is a file:// store in a temporary directory,
 so no port is needed.
 """
 from __future__ import annotations
@@ -97,11 +97,8 @@ def worker(rank: int, world: int, init_file: str, sizes: list[int], iters: int, 
 # --8<-- [start:run]
 def run_lab(sizes=(1 << 10, 1 << 14, 1 << 18, 1 << 22), iters: int = 10, world: int = 2) -> dict:
     """Spawn `world` gloo processes running `worker`; return rank 0's measurements."""
-    import torch.multiprocessing as mp
-
     with tempfile.TemporaryDirectory() as tmp:
         init_file, out_path = os.path.join(tmp, "store"), os.path.join(tmp, "out.json")
-        # fork on Linux (children inherit the imported torch: seconds faster); spawn elsewhere (macOS)
         start_workers(worker, (world, init_file, list(sizes), iters, out_path), world)
         return json.loads(Path(out_path).read_text())
 # --8<-- [end:run]

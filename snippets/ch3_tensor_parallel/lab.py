@@ -1,7 +1,7 @@
 """Chapter 3 lab: Megatron's f and g by hand, a hand-built TP MLP, and DTensor's version of the same MLP.
 
 The notebook docs/ch3-tensor-parallel/lab.py spawns the workers below in gloo processes
-(torch.multiprocessing: fork on Linux, spawn elsewhere), so they live in an importable module. Each
+(snippets.common.procs: a forkserver on Linux, spawn elsewhere), so they live in an importable module. Each
 rank writes its measurements to <outdir>/rank<r>.json; the parent collects them.
 """
 from __future__ import annotations
@@ -16,6 +16,12 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from snippets.common.procs import start_workers
+
+# the workers import these lazily: DTensor, its TP styles and CommDebugMode, and torch._dynamo, which
+# DTensor's constructor imports (torch/_compile.py): about 3 s of CPU a process on the book's machine.
+# The forkserver imports them once instead (snippets.common.procs.start_workers).
+PRELOAD = ("torch._dynamo", "torch.distributed.tensor", "torch.distributed.tensor.debug",
+           "torch.distributed.tensor.parallel")
 
 H, B, S = 64, 2, 16  # hidden size, micro-batch, sequence length (4h = 256 divisible by 2 and 4)
 
@@ -156,5 +162,5 @@ def run(worker, world: int = 2) -> list[dict]:
     """Spawn `world` gloo processes running `worker`; return each rank's measurements."""
     with tempfile.TemporaryDirectory() as tmp:
         store = os.path.join(tmp, "store")
-        start_workers(worker, (world, store, tmp), world)
+        start_workers(worker, (world, store, tmp), world, preload=PRELOAD)
         return [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]

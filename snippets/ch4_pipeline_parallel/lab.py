@@ -19,6 +19,10 @@ import torch.distributed as dist
 import torch.nn as nn
 from snippets.common.procs import start_workers
 
+# the library worker imports torch.distributed.pipelining lazily (it pulls in torch._dynamo and torch.fx:
+# about 1.5 s of CPU a process); the forkserver imports it once instead (snippets.common.procs.start_workers)
+PRELOAD = ("torch.distributed.pipelining",)
+
 D, ROWS, M, LAYERS = 32, 8, 4, 4
 SLEEP = 0.004  # seconds added to each forward (twice to each backward): makes the schedule visible on a busy CPU
 
@@ -160,7 +164,7 @@ def run(worker, schedule: str, world: int = 2) -> list[dict]:
     """Spawn `world` gloo processes running worker(rank, world, store, outdir, schedule)."""
     with tempfile.TemporaryDirectory() as tmp:
         store = os.path.join(tmp, "store")
-        start_workers(worker, (world, store, tmp, schedule), world)
+        start_workers(worker, (world, store, tmp, schedule), world, preload=PRELOAD)
         return [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]
 
 

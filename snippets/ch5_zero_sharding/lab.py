@@ -1,6 +1,6 @@
 """Chapter 5 lab: worker functions the notebook docs/ch5-zero-sharding/lab.py spawns.
 
-Workers run in separate processes (torch.multiprocessing: fork on Linux, spawn elsewhere), so they live in an importable
+Workers run in separate processes (snippets.common.procs: a forkserver on Linux, spawn elsewhere), so they live in an importable
 module. Each writes its per-rank measurements to <outdir>/rank<r>.json; the parent collects them.
 """
 from __future__ import annotations
@@ -15,6 +15,11 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.fsdp import fully_shard
 from snippets.common.procs import start_workers
+
+# fully_shard imports torch._dynamo when it wraps its parameters as DTensors (DTensor's constructor,
+# torch/_compile.py): about 1.8 s of CPU a process. The forkserver imports it once instead
+# (snippets.common.procs.start_workers).
+PRELOAD = ("torch._dynamo",)
 
 DIMS = (256, 256, 256, 256, 256)  # a 4-layer MLP; every size divisible by 2 and 4
 STEPS = 3
@@ -142,6 +147,5 @@ def run(worker, world: int = 2) -> list[dict]:
     """Spawn `world` gloo processes running `worker`; return each rank's measurements."""
     with tempfile.TemporaryDirectory() as tmp:
         store = os.path.join(tmp, "store")
-        # fork on Linux (children inherit the imported torch: seconds faster); spawn elsewhere (macOS)
-        start_workers(worker, (world, store, tmp), world)
+        start_workers(worker, (world, store, tmp), world, preload=PRELOAD)
         return [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]
