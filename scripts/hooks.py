@@ -19,6 +19,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,10 +125,17 @@ def _cells_out_of_search(config) -> None:
 CELL_SPAN = re.compile(r"<!--book-cell-->.*?<!--/book-cell-->", re.S)
 
 
+_SEARCH: dict = {}  # the search plugin's page_context method, and the pages it has indexed this build
+
+
 def _search_skips_cells(config) -> None:
     """The search plugin parses every page's HTML and then drops what is marked data-search-exclude;
     the executed cells (inline SVG figures, tables of numbers) are most of that markup. Hand it each
-    page without them: the same index, about a second less of every build."""
+    page without them: the same index, about a second less of every build.
+
+    It also indexes each page as soon as the page's content is final (on_page_content, below) instead of
+    in mkdocs' second pass (page_context): the first pass runs while the labs execute, and the main
+    thread waits for them at the end of it anyway, whereas the second pass comes after the last lab."""
     from material.plugins.search.plugin import SearchPlugin
 
     events = config.plugins.events["page_context"]  # mkdocs calls the methods it registered at load
@@ -136,6 +144,8 @@ def _search_skips_cells(config) -> None:
             continue
 
         def on_page_context(context, *args, page=None, _original=method, **kw):
+            if page.file.src_uri in _SEARCH["done"]:
+                return context
             full = page.content
             page.content = CELL_SPAN.sub("", full) if full else full
             try:
@@ -144,6 +154,21 @@ def _search_skips_cells(config) -> None:
                 page.content = full
 
         events[i] = on_page_context
+        _SEARCH.update(index=on_page_context, done=set())
+
+
+def _index_for_search(html_: str, page, config) -> None:
+    """Index a page with its final content (the search plugin reads page.content, toc, url and meta)."""
+    index = _SEARCH.get("index")
+    if index is None or page.file.src_uri in _SEARCH["done"]:
+        return
+    before = page.content
+    page.content = html_
+    try:
+        index({}, page=page, config=config, nav=None)
+    finally:
+        page.content = before
+    _SEARCH["done"].add(page.file.src_uri)
 
 
 def _notebook_html_cache(config) -> None:
@@ -203,29 +228,30 @@ def on_config(config, **kwargs):
 # ------------------------------------------------------------------ chapter labs, executed in parallel
 
 _LABS: dict[str, dict] = {}
+_BUILD_T0: list[float] = [0.0]
 
 
-LAB_NICE = 10
 LAB_JOBS = max(1, int(os.environ.get("BOOK_LAB_JOBS", "2")))
 _LAB_SLOTS = threading.BoundedSemaphore(LAB_JOBS)
 
 
 def _execute_lab(src: Path, out: Path, box: dict) -> None:
-    """Execute a jupytext lab with nbclient (errors not allowed) and write the executed .ipynb."""
+    """Execute a jupytext lab with nbclient (errors not allowed) and write the executed .ipynb.
+
+    At most LAB_JOBS notebooks run at once, beside the main thread that renders the pages: on 2 cores,
+    two labs and the pages keep both cores busy (the labs wait on their worker processes part of the
+    time), where all seven at once would thrash. The labs do not run at a lower priority. A kernel is
+    started in a new session (jupyter_client launches it so), and where Linux groups processes by session
+    (autogroup scheduling, on as on the book's build machine) a session competes with the build as a whole
+    whatever its nice value; where nice does work, it would only slow the labs, which finish after the
+    pages and so decide the build's time."""
     name = src.relative_to(ROOT).as_posix() if src.is_relative_to(ROOT) else str(src)
     if box.get("hit"):
         return
-    # The pages' cells run in the main thread and every page waits for them; a lab page waits only for
-    # its own notebook. So the labs yield: this thread (and the kernel, forkserver and workers it starts,
-    # which inherit a thread's nice value on Linux) runs at a lower priority, and at most LAB_JOBS
-    # notebooks run at once. On 2 cores the main thread keeps one core and the labs fill the rest.
-    if hasattr(os, "setpriority"):
-        try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LAB_NICE)
-        except OSError:
-            pass
     with _LAB_SLOTS:
+        box["t"] = [time.perf_counter()]
         _run_lab(src, out, box, name)
+        box["t"].append(time.perf_counter())
 
 
 def _run_lab(src: Path, out: Path, box: dict, name: str) -> None:
@@ -260,7 +286,6 @@ def _start_labs(config) -> None:
     queue for LAB_JOBS slots in reverse chapter order: the later chapters' labs start the most processes
     (Ch7 runs torchrun with 4 workers), and a long lab started last would be the build's tail."""
     import tempfile
-    import threading
 
     tmp = Path(tempfile.mkdtemp(prefix="book-labs-"))
     for lab in sorted(Path(config["docs_dir"]).glob("ch*/lab.py"), reverse=True):
@@ -290,6 +315,9 @@ def _executed_lab(page) -> None:
 def on_pre_build(config, **kwargs):
     from snippets.results import ResultsError, validate_all
 
+    _BUILD_T0[:] = [time.perf_counter()]
+    _SEARCH.get("done", set()).clear()
+    _KATEX_DONE.clear()
     _LABS.clear()
     _keep_previous_index(config)
     _start_labs(config)
@@ -336,8 +364,11 @@ def on_files(files, config, **kwargs):
                   and (f.src_uri.endswith(".md") or f.src_uri.endswith("lab.py"))]:
             files.remove(f)
     # Pages are rendered in the order of `files`: the lab pages go last, so that the main thread renders
-    # every other page while the notebooks run, and waits for a lab only when nothing else is left.
-    for f in [f for f in files.documentation_pages() if f.src_uri.endswith("lab.py")]:
+    # every other page while the notebooks run, and waits for a lab only when nothing else is left. They
+    # go in the order the labs start (_start_labs), which is about the order they finish: the main thread
+    # renders the finished labs' pages while the last labs still run.
+    labs = [f for f in files.documentation_pages() if f.src_uri.endswith("lab.py")]
+    for f in sorted(labs, key=lambda f: f.src_uri, reverse=True):
         files.remove(f)
         files.append(f)
     return files
@@ -517,6 +548,20 @@ rl.on('line', line => {
 });
 """
 _NODE = None
+# (tex, display) -> KaTeX's answer, filled while the pages are rendered (on_page_content), read when the
+# finished page is written (on_post_page): the rendering happens in mkdocs' first pass, which overlaps
+# the labs, not in its second pass, which comes after the last lab and which every reader of the log waits for
+_KATEX_DONE: dict[tuple[str, bool], dict] = {}
+
+
+def _math_items(html_: str) -> list[tuple[str, bool]]:
+    return [(html.unescape(m.group(3)), m.group(2) == "\\[") for m in MATH.finditer(html_)]
+
+
+def _katex_prefetch(items: list[tuple[str, bool]]) -> None:
+    todo = list(dict.fromkeys(i for i in items if i not in _KATEX_DONE))
+    if todo:
+        _KATEX_DONE.update(zip(todo, _katex_render(todo)))
 
 
 def _katex_render(items: list[tuple[str, bool]]) -> list[dict]:
@@ -603,7 +648,6 @@ def _notebook_css(output: str) -> str:
 
 def on_post_page(output, page, config, **kwargs):
     """Replace every arithmatex span (and TeX left in TOC entries) with KaTeX HTML."""
-    import time
 
     if page.file.src_uri.endswith("lab.py"):
         output = _lab_downloads(output, page, config)
@@ -626,11 +670,12 @@ def _post_page(output, page):
         return output
     found = list(MATH.finditer(output))
     toc = [m for m in ELLIPSIS.finditer(output) if "\\(" in m.group(2)]
-    items = [(html.unescape(m.group(3)), m.group(2) == "\\[") for m in found]
+    items = _math_items(output)
     toc_items = [(html.unescape(t.group(1)), False) for m in toc for t in TOC_MATH.finditer(m.group(2))]
     if not items and not toc_items:
         return output
-    rendered = iter(_katex_render(items + toc_items))
+    _katex_prefetch(items + toc_items)  # what on_page_content did not render yet (TOC, nav, notebook math)
+    rendered = iter([_KATEX_DONE[i] for i in items + toc_items])
 
     def checked(tex):
         r = next(rendered)
@@ -656,22 +701,27 @@ def _post_page(output, page):
 
 _PAGE_T0: dict[str, float] = {}
 _PAGE_SECONDS: dict[str, float] = {}
+_PAGE_CPU0: dict[str, float] = {}
+_PAGE_CPU: dict[str, float] = {}
 
 
 def on_pre_page(page, config, files, **kwargs):
-    import time
 
     _PAGE_T0[page.file.src_uri] = time.perf_counter()
+    _PAGE_CPU0[page.file.src_uri] = time.thread_time()
     return page
 
 
 def on_page_content(html_, page, config, files, **kwargs):
-    import time
-
-    _PAGE_SECONDS[page.file.src_uri] = time.perf_counter() - _PAGE_T0.get(page.file.src_uri, time.perf_counter())
     bc.end_page()
     # collapsed blocks (exercise solutions, folded plumbing) stay out of the search index
-    return html_.replace("<details class=", "<details data-search-exclude class=")
+    html_ = html_.replace("<details class=", "<details data-search-exclude class=")
+    _index_for_search(html_, page, config)
+    if MATH_RENDER == "build":
+        _katex_prefetch(_math_items(html_))
+    _PAGE_SECONDS[page.file.src_uri] = time.perf_counter() - _PAGE_T0.get(page.file.src_uri, time.perf_counter())
+    _PAGE_CPU[page.file.src_uri] = time.thread_time() - _PAGE_CPU0.get(page.file.src_uri, time.thread_time())
+    return html_
 
 
 def on_post_build(config, **kwargs):
@@ -681,8 +731,15 @@ def on_post_build(config, **kwargs):
     if _CACHE["root"] is not None:
         log.info(bc.summary())
     if os.environ.get("BOOK_TIMING"):
+        log.info("post-build started %6.2f s after the build started", time.perf_counter() - _BUILD_T0[0])
         for uri, sec in sorted(_PAGE_SECONDS.items(), key=lambda kv: -kv[1]):
-            log.info("page time %6.2f s  %s", sec, uri)
+            log.info("page time %6.2f s (main thread CPU %5.2f s)  %s", sec, _PAGE_CPU.get(uri, 0.0), uri)
+        t0 = _BUILD_T0[0]
+        for rel, box in _LABS.items():
+            if len(box.get("t", ())) == 2:
+                log.info("lab ran %6.2f s .. %6.2f s after the build started  %s", box["t"][0] - t0, box["t"][1] - t0, rel)
+        for uri, start in _PAGE_T0.items():
+            log.info("page started %6.2f s  %s", start - t0, uri)
     index = Path(config["site_dir"]) / "search" / "search_index.json"
     if index.exists():
         _slim_search_index(index)
