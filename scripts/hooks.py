@@ -157,13 +157,37 @@ def _search_skips_cells(config) -> None:
         _SEARCH.update(index=on_page_context, done=set())
 
 
+NB_CODE_CELL = re.compile(r'<div class="jp-Cell jp-CodeCell')
+DIV_TAG = re.compile(r"<div\b|</div>")
+
+
+def _without_code_cells(html_: str) -> str:
+    """A lab page's HTML without its code cells (code, what it printed, its figures): the search index
+    keeps the notebook's prose, as it does the pages'. (Marking the cells data-search-exclude does not
+    work: the search plugin ends an excluded <div> at the first </div> inside it.)"""
+    out, pos = [], 0
+    while (m := NB_CODE_CELL.search(html_, pos)) is not None:
+        depth, end = 0, None
+        for t in DIV_TAG.finditer(html_, m.start()):
+            depth += 1 if t.group(0) == "<div" else -1
+            if depth == 0:
+                end = t.end()
+                break
+        if end is None:  # unbalanced: index the rest as it is
+            break
+        out.append(html_[pos:m.start()])
+        pos = end
+    out.append(html_[pos:])
+    return "".join(out)
+
+
 def _index_for_search(html_: str, page, config) -> None:
     """Index a page with its final content (the search plugin reads page.content, toc, url and meta)."""
     index = _SEARCH.get("index")
     if index is None or page.file.src_uri in _SEARCH["done"]:
         return
     before = page.content
-    page.content = html_
+    page.content = _without_code_cells(html_) if page.file.src_uri.endswith("lab.py") else html_
     try:
         index({}, page=page, config=config, nav=None)
     finally:
@@ -699,6 +723,47 @@ def _post_page(output, page):
     return "".join(pieces)
 
 
+NB_HEADING = re.compile(r'<h([1-6]) id="([^"]*)">(.*?)<a class="anchor-link" href="#[^"]*">', re.S)
+
+
+def _lab_anchors(html_: str, page) -> str:
+    """A lab page's heading ids, and its TOC's links to them, agree.
+
+    mkdocs-jupyter gives a notebook heading an ASCII-only id (a Korean heading such as '더 해보기' gets
+    the id ""), and builds the page's TOC separately, with Python-Markdown's own slugs ("_1", and "2" for
+    a heading whose id is "2-torchdistributedpipelining"): those TOC links went nowhere. The ids it gives
+    are kept (they are published: scripts/published_anchors.json); an empty one becomes the book's slug
+    of the heading (snippets.slugs); and the TOC entries take the headings' ids, in document order."""
+    from snippets.slugs import slugify
+
+    used: set[str] = set()
+    ids: list[str] = []
+
+    def fix(m: re.Match) -> str:
+        level, hid, inner = m.group(1), m.group(2), m.group(3)
+        if not hid:
+            hid = slugify(html.unescape(re.sub(r"<[^>]+>", "", inner)), "-") or "section"
+        base, n = hid, 1
+        while hid in used:
+            hid, n = f"{base}_{n}", n + 1
+        used.add(hid)
+        ids.append(hid)
+        return f'<h{level} id="{hid}">{inner}<a class="anchor-link" href="#{hid}">'
+
+    html_ = NB_HEADING.sub(fix, html_)
+    entries = []
+    stack = list(reversed(list(page.toc or [])))
+    while stack:
+        item = stack.pop()
+        entries.append(item)
+        stack.extend(reversed(item.children))
+    if len(entries) != len(ids):
+        raise PluginError(f"{page.file.src_uri}: the notebook has {len(ids)} headings but its TOC {len(entries)}")
+    for item, hid in zip(entries, ids):
+        item.id = hid
+    return html_
+
+
 _PAGE_T0: dict[str, float] = {}
 _PAGE_SECONDS: dict[str, float] = {}
 _PAGE_CPU0: dict[str, float] = {}
@@ -714,6 +779,8 @@ def on_pre_page(page, config, files, **kwargs):
 
 def on_page_content(html_, page, config, files, **kwargs):
     bc.end_page()
+    if page.file.src_uri.endswith("lab.py"):
+        html_ = _lab_anchors(html_, page)
     # collapsed blocks (exercise solutions, folded plumbing) stay out of the search index
     html_ = html_.replace("<details class=", "<details data-search-exclude class=")
     _index_for_search(html_, page, config)

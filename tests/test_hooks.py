@@ -143,3 +143,40 @@ def test_every_section_heading_keeps_its_published_anchor():
 def test_slugify_is_the_one_mkdocs_uses():
     cfg = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     assert cfg.count("slugify: !!python/name:snippets.slugs.slugify") >= 1
+
+
+# ------------------------------------------------------------------ lab pages: search text and anchors
+
+def test_code_cells_leave_the_search_text_and_the_prose_stays():
+    cell = ('<div class="jp-Cell jp-CodeCell jp-Notebook-cell"><div class="jp-Cell jp-CodeCell" id="c1">'
+            '<div class="jp-InputArea"><div></div><pre>import torch</pre></div>'
+            '<div class="jp-OutputArea"><pre>out</pre><figure><svg><text>tick</text></svg></figure></div></div></div>')
+    md = '<div class="jp-Cell jp-MarkdownCell"><div><p>{}</p></div></div>'
+    html = md.format("앞 문단") + cell + md.format("뒤 문단") + cell.replace("c1", "c2")
+    out = hooks._without_code_cells(html)
+    assert out == md.format("앞 문단") + md.format("뒤 문단")
+    assert hooks._without_code_cells(md.format("x")) == md.format("x")
+
+
+def _toc(*ids):
+    items = [SimpleNamespace(id=i, children=[]) for i in ids]
+    items[0].children = items[1:]
+    return [items[0]], items
+
+
+def test_lab_headings_get_ids_and_the_toc_follows_them():
+    """A Korean heading that mkdocs-jupyter left with id="" gets the book's slug; the TOC takes the
+    headings' ids in order (its own were '_1' and a slug the heading did not have)."""
+    html = ('<h1 id="chapter-1">Chapter 1 실습<a class="anchor-link" href="#chapter-1">¶</a></h1>'
+            '<h2 id="2-torchdistributedpipelining">2. 같은 모델을 <code>torch.distributed.pipelining</code> 으로'
+            '<a class="anchor-link" href="#2-torchdistributedpipelining">¶</a></h2>'
+            '<h2 id="">더 해보기<a class="anchor-link" href="#">¶</a></h2>')
+    toc, items = _toc("chapter-1", "2", "_1")
+    page = SimpleNamespace(toc=toc, file=SimpleNamespace(src_uri="ch4-pipeline-parallel/lab.py"))
+    out = hooks._lab_anchors(html, page)
+    assert '<h2 id="더-해보기">더 해보기<a class="anchor-link" href="#더-해보기">' in out
+    assert 'id="2-torchdistributedpipelining"' in out and 'id=""' not in out
+    assert [i.id for i in items] == ["chapter-1", "2-torchdistributedpipelining", "더-해보기"]
+    page.toc, _ = _toc("chapter-1", "2")
+    with pytest.raises(PluginError, match="3 headings but its TOC 2"):
+        hooks._lab_anchors(html, page)

@@ -270,6 +270,43 @@ def test_search_index_keeps_prose_and_leaves_out_code_cells_and_solutions(built_
     assert "provenance-table" not in text and "출처 (provenance)" not in text
     # nor a table a cell printed (Ch1-03's ring trace: header "단계 | rank | chunk 0 | chunk 1 ...")
     assert not any("chunk 0 chunk 1 chunk 2" in d["text"] for d in ring)
+    # nor a lab's code cells and what they printed or drew; its prose is in
+    labs = [d for d in docs if "/lab/" in d["location"]]
+    assert labs and not any("Copied!" in d["text"] or "import torch" in d["text"] or "image/svg+xml" in d["text"]
+                            for d in labs)
+    assert any("gloo" in d["text"] for d in labs if d["location"].startswith("ch1-collective/lab/"))
+
+
+def test_search_index_covers_every_page_once(built_site):
+    """scripts/hooks.py indexes each page while it renders (not in mkdocs' template pass): every page
+    that was built, the labs included, is in the index, and none twice (its first section once)."""
+    site, _, _ = built_site
+    docs = json.loads((site / "search" / "search_index.json").read_text(encoding="utf-8"))["docs"]
+    pages = {str(p.parent.relative_to(site)).replace(".", "") for p in site.glob("**/index.html")}
+    pages = {"" if p == "" else p + "/" for p in pages}
+    indexed = [d["location"] for d in docs]
+    assert {loc.split("#")[0] for loc in indexed} == pages
+    tops = [loc for loc in indexed if "#" not in loc]
+    assert len(tops) == len(set(tops)) == len(pages)
+
+
+def test_every_table_of_contents_link_lands_on_a_heading(built_site):
+    """The TOC beside a page links to its headings; on the lab pages mkdocs-jupyter made the two
+    disagree (a Korean heading got id "", its TOC link "#_1"). scripts/hooks.py _lab_anchors mends it."""
+    site, _, _ = built_site
+    checked = 0
+    for page in site.glob("**/index.html"):
+        html = page.read_text(encoding="utf-8")
+        assert 'id=""' not in html, page
+        start = html.find('md-nav--secondary')
+        if start < 0:
+            continue
+        nav = html[start:html.index("</nav>", start)]
+        ids = set(re.findall(r'\sid="([^"]+)"', html))
+        for href in re.findall(r'href="#([^"]*)"', nav):
+            assert href in ids, f"{page.relative_to(site)}: TOC link #{href} has no target"
+            checked += 1
+    assert checked > 400  # the whole book: about 450 links
 
 
 def test_lab_pages_carry_only_the_notebook_css_they_use(built_site):
