@@ -179,6 +179,19 @@ def _imported_names(source: str, package: str) -> set[str]:
     return names
 
 
+# this build's reading of each module: {path: (sha256, names it imports)}. Every page walks much the same
+# modules; each is read once per build (reset_counts, at the start of every build, empties it).
+_MODULES: dict[Path, tuple[str, set[str]]] = {}
+
+
+def _module_facts(path: Path) -> tuple[str, set[str]]:
+    if path not in _MODULES:
+        text = path.read_text(encoding="utf-8")
+        pkg = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
+        _MODULES[path] = (_sha(text), imported_names(text, pkg))
+    return _MODULES[path]
+
+
 def import_closure(sources: list[str]) -> dict[str, str]:
     """{repo-relative path: sha256} of every module of this repository that the sources import,
     transitively, with the packages' __init__ files that importing them runs."""
@@ -191,10 +204,8 @@ def import_closure(sources: list[str]) -> dict[str, str]:
             path = _module_file(".".join(parts[:i]))
             if path is None or _rel(path) in seen:
                 continue
-            text = path.read_text(encoding="utf-8")
-            seen[_rel(path)] = _sha(text)
-            pkg = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
-            todo += imported_names(text, pkg)
+            seen[_rel(path)], names = _module_facts(path)
+            todo += names
     return dict(sorted(seen.items()))
 
 
@@ -398,6 +409,8 @@ def install() -> None:
 
 
 def reset_counts() -> None:
+    """At the start of every build (serve rebuilds included)."""
+    _MODULES.clear()
     STATE.page = None
     STATE.executed, STATE.replayed, STATE.labs_executed, STATE.labs_replayed = [], [], [], []
 

@@ -180,3 +180,27 @@ def test_lab_headings_get_ids_and_the_toc_follows_them():
     page.toc, _ = _toc("chapter-1", "2")
     with pytest.raises(PluginError, match="3 headings but its TOC 2"):
         hooks._lab_anchors(html, page)
+
+
+def test_pruned_notebook_css_is_cached_by_sheet_page_and_pruner(tmp_path, monkeypatch):
+    """With the book cache on, a lab page's pruned stylesheet is reused while the sheet, the rest of the
+    page and css_prune.py are unchanged; a changed page or a damaged entry is pruned again."""
+    sheet = '@charset "UTF-8";.jupyter-wrapper{color:red}.jp-A{color:blue}.jp-B{color:green}'
+    page = SimpleNamespace(file=SimpleNamespace(src_uri="ch1-collective/lab.py"))
+    html = '<html><style type="text/css">' + sheet + '</style><div class="jupyter-wrapper jp-A"></div></html>'
+    monkeypatch.setitem(hooks._CACHE, "root", tmp_path)
+    pruner = hooks._load_script("css_prune")
+    calls = []
+    real = pruner.prune
+    monkeypatch.setattr(pruner, "prune", lambda css, rest: calls.append(1) or real(css, rest))
+    first = hooks._notebook_css(html, page)
+    assert ".jp-A{" in first and ".jp-B{" not in first and len(calls) == 1
+    assert hooks._notebook_css(html, page) == first and len(calls) == 1  # reused
+    other = html.replace("jp-A", "jp-B")
+    second = hooks._notebook_css(other, page)
+    assert ".jp-B{" in second and ".jp-A{" not in second and len(calls) == 2  # the page changed
+    (entry,) = (tmp_path / "css").iterdir()
+    entry.write_text(entry.read_text().replace("jp-B", "jp-X"))  # damaged: its digest no longer matches
+    assert hooks._notebook_css(other, page) == second and len(calls) == 3
+    monkeypatch.setitem(hooks._CACHE, "root", None)  # cache off: pruned every time, nothing written
+    assert hooks._notebook_css(html, page) == first and len(calls) == 4
