@@ -18,7 +18,8 @@ import torch.nn.functional as F
 from snippets.common.procs import start_workers
 
 # the workers import these lazily: DTensor, its TP styles and CommDebugMode, and torch._dynamo, which
-# DTensor's constructor imports (torch/_compile.py): about 3 s of CPU a process on the book's machine.
+# DTensor's constructor imports (torch/_compile.py): about 1.1 s of CPU a process (an idle core of the
+# book's machine).
 # The forkserver imports them once instead (snippets.common.procs.start_workers).
 PRELOAD = ("torch._dynamo", "torch.distributed.tensor", "torch.distributed.tensor.debug",
            "torch.distributed.tensor.parallel")

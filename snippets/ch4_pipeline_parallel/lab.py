@@ -20,7 +20,7 @@ import torch.nn as nn
 from snippets.common.procs import start_workers
 
 # the library worker imports torch.distributed.pipelining lazily (it pulls in torch._dynamo and torch.fx:
-# about 1.5 s of CPU a process); the forkserver imports it once instead (snippets.common.procs.start_workers)
+# about 1.1 s of CPU a process); the forkserver imports it once instead (snippets.common.procs.start_workers)
 PRELOAD = ("torch.distributed.pipelining",)
 
 D, ROWS, M, LAYERS = 32, 8, 4, 4

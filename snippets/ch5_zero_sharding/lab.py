@@ -17,7 +17,8 @@ from torch.distributed.fsdp import fully_shard
 from snippets.common.procs import start_workers
 
 # fully_shard imports torch._dynamo when it wraps its parameters as DTensors (DTensor's constructor,
-# torch/_compile.py): about 1.8 s of CPU a process. The forkserver imports it once instead
+# torch/_compile.py): about 0.5 s of CPU a process (this module's fully_shard import has paid for
+# most of what it needs). The forkserver imports it once instead
 # (snippets.common.procs.start_workers).
 PRELOAD = ("torch._dynamo",)
 

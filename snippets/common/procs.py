@@ -18,8 +18,8 @@ def start_workers(worker, args: tuple, nprocs: int, preload: tuple[str, ...] = (
     """Run `worker(rank, *args)` in `nprocs` processes and wait for all of them (an error in one raises).
 
     `preload` names modules the workers import lazily, to import them once in the forkserver instead of
-    once per worker: DDP imports `torch._dynamo` when it is built (about 1.8 s of CPU and 800 modules a
-    process on the book's 2-core machine)."""
+    once per worker: DDP imports `torch._dynamo` when it is built (about 1.1 s of CPU a process, on an idle
+    core of the book's 2-core machine)."""
     method = "spawn"
     if sys.platform == "linux":
         method = "forkserver"
