@@ -181,13 +181,23 @@ def _without_code_cells(html_: str) -> str:
     return "".join(out)
 
 
+def _notebook_search_html(html_: str) -> str:
+    """What the search plugin reads of a lab page: no code cells, and no <div> wrappers. The plugin
+    closes a section where the element around its heading ends, and each notebook cell is such an
+    element: the prose of a section's later cells went to the top of the page in the index."""
+    return DIV_TAG_ANY.sub("", _without_code_cells(html_))
+
+
+DIV_TAG_ANY = re.compile(r"</?div\b[^>]*>")
+
+
 def _index_for_search(html_: str, page, config) -> None:
     """Index a page with its final content (the search plugin reads page.content, toc, url and meta)."""
     index = _SEARCH.get("index")
     if index is None or page.file.src_uri in _SEARCH["done"]:
         return
     before = page.content
-    page.content = _without_code_cells(html_) if page.file.src_uri.endswith("lab.py") else html_
+    page.content = _notebook_search_html(html_) if page.file.src_uri.endswith("lab.py") else html_
     try:
         index({}, page=page, config=config, nav=None)
     finally:

@@ -156,6 +156,7 @@ def test_code_cells_leave_the_search_text_and_the_prose_stays():
     out = hooks._without_code_cells(html)
     assert out == md.format("앞 문단") + md.format("뒤 문단")
     assert hooks._without_code_cells(md.format("x")) == md.format("x")
+    assert hooks._notebook_search_html(html) == "<p>앞 문단</p><p>뒤 문단</p>"
 
 
 def _toc(*ids):
