@@ -55,15 +55,16 @@ def env_for(repo: Path) -> dict:
 
 
 def _busy_cpu_seconds() -> float | None:
-    """CPU seconds the whole machine has spent busy since boot (/proc/stat), or None off Linux. The
-    build's processes are not all its children's children that get waited for (a lab's forkserver and
-    workers are not), so resource.getrusage would miss part of them."""
+    """CPU seconds the whole machine has spent busy since boot (/proc/stat; not the time a hypervisor
+    gave to other guests), or None off Linux. Whatever else runs meanwhile counts too, so bench on an
+    otherwise idle machine. The build's processes are not all children that get waited for (a lab's
+    forkserver and workers are not), so resource.getrusage would miss part of them."""
     try:
         fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
     except OSError:
         return None
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in fields[:7])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 def build(repo: Path) -> tuple[float, float, str]:

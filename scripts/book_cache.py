@@ -56,6 +56,11 @@ log = logging.getLogger("mkdocs.plugins.book.cache")
 VERSIONED = ("torch", "numpy", "matplotlib", "deepspeed", "markdown-exec", "jsonschema", "pyyaml",
              "jupytext", "nbclient", "nbformat", "ipykernel")
 OWN_SOURCES = (ROOT / "scripts" / "hooks.py", Path(__file__).resolve())
+# ... as this process loaded them: mkdocs loads the hooks once per process (serve too), so an edit made
+# while `mkdocs serve` runs changes no key until the server restarts, and no entry is ever stored under
+# a key of code that did not produce it
+_OWN_SHAS = {p.relative_to(ROOT).as_posix() if p.is_relative_to(ROOT) else str(p): hashlib.sha256(p.read_bytes()).hexdigest()
+             for p in OWN_SOURCES}
 # folders whose files the audit hook never records (outputs, caches, the environment)
 _SKIP_PARTS = {".cache", ".git", ".venv", "node_modules", "__pycache__", "site", "build", ".pytest_cache"}
 
@@ -228,7 +233,7 @@ def _static_key(kind: str, sources: list[str], includes: set[str], extra: dict |
         "imports": import_closure(sources + [(ROOT / p).read_text(encoding="utf-8") for p in sorted(includes)
                                             if p.endswith(".py") and (ROOT / p).is_file()]),
         "versions": versions(),
-        "own": {_rel(p): file_sha(p) for p in OWN_SOURCES},
+        "own": _OWN_SHAS,
         **(extra or {}),
     }
     return _sha(json.dumps(payload, sort_keys=True))

@@ -27,23 +27,32 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
-def _load_script(name: str):
-    """scripts/<name>.py, loaded once per process by its path (scripts/ is not a package). book_cache
-    must stay one module per process: it wraps markdown-exec and holds the audit hook."""
+def _load_script(name: str, fresh: bool = False):
+    """scripts/<name>.py, loaded by its path (scripts/ is not a package), with the sha256 of the source it
+    ran as `__book_sha__`. Loaded once per process; with fresh=True, loaded again when the file has
+    changed since (mkdocs loads this file once per process, serve included). book_cache must stay one
+    module per process: it wraps markdown-exec and holds the audit hook."""
+    import hashlib
     import importlib.util
 
+    path = ROOT / "scripts" / f"{name}.py"
     mod = sys.modules.get(name)
-    if mod is None or Path(mod.__file__).resolve() != ROOT / "scripts" / f"{name}.py":
-        spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    source = path.read_bytes() if fresh or mod is None else None
+    if (mod is None or Path(mod.__file__).resolve() != path
+            or (fresh and getattr(mod, "__book_sha__", None) != hashlib.sha256(source).hexdigest())):
+        source = source if source is not None else path.read_bytes()
+        spec = importlib.util.spec_from_file_location(name, path)
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod
-        spec.loader.exec_module(mod)
+        exec(compile(source, str(path), "exec"), mod.__dict__)
+        mod.__book_sha__ = hashlib.sha256(source).hexdigest()
     return mod
 
 
 bc = _load_script("book_cache")
-# `mkdocs serve` reloads this file on every rebuild but keeps the process: forget this repository's
-# modules, so that the nav, the results checks and the cells use the code as it is now on disk
+# forget this repository's modules, so that the nav, the results checks and the cells use the code as it
+# is on disk (book_cache forgets them again before every page's cells: mkdocs loads this file once per
+# process, and `mkdocs serve` rebuilds in the same process)
 bc.forget_repo_modules()
 _CACHE: dict = {"root": None}  # the cache folder of this build, None when BOOK_CACHE=0
 
@@ -276,8 +285,8 @@ def _execute_lab(src: Path, out: Path, box: dict) -> None:
     two labs and the pages keep both cores busy (the labs wait on their worker processes part of the
     time), where all seven at once would thrash. The labs do not run at a lower priority. A kernel is
     started in a new session (jupyter_client launches it so), and where Linux groups processes by session
-    (autogroup scheduling, on as on the book's build machine) a session competes with the build as a whole
-    whatever its nice value; where nice does work, it would only slow the labs, which finish after the
+    (autogroup scheduling, for processes in the root cgroup, as on the book's build machine) a session
+    competes with the build as a whole whatever its nice value; where nice does work, it would only slow the labs, which finish after the
     pages and so decide the build's time."""
     name = src.relative_to(ROOT).as_posix() if src.is_relative_to(ROOT) else str(src)
     if box.get("hit"):
@@ -350,6 +359,8 @@ def on_pre_build(config, **kwargs):
     from snippets.results import ResultsError, validate_all
 
     _BUILD_T0[:] = [time.perf_counter()]
+    for timing in (_PAGE_T0, _PAGE_SECONDS, _PAGE_CPU0, _PAGE_CPU):
+        timing.clear()
     _SEARCH.get("done", set()).clear()
     _KATEX_DONE.clear()
     _LABS.clear()
@@ -364,7 +375,7 @@ def on_pre_build(config, **kwargs):
 
 
 def on_startup(command, dirty, **kwargs):
-    bc.STATE.dirty = dirty  # kept in book_cache: mkdocs serve reloads this file on every rebuild
+    bc.STATE.dirty = dirty
 
 
 def _mark_dirty_pages(files, config) -> None:
@@ -679,15 +690,16 @@ def _notebook_css(output: str, page) -> str:
     if not m:
         return output
     rest = output[:m.start()] + output[m.end():]
+    pruner = _load_script("css_prune", fresh=True)  # the key names the pruner that runs, edited or not
     pruned, entry, key = None, None, None
     if _CACHE["root"] is not None:
-        key = bc._sha("\0".join([m.group(1), rest, (ROOT / "scripts" / "css_prune.py").read_text(encoding="utf-8")]))
+        key = bc._sha("\0".join([m.group(1), rest, pruner.__book_sha__]))
         entry = bc._entry_path(_CACHE["root"], "css", page.file.src_uri)
         found = bc.read_entry(entry)
         if found is not None and found["key"] == key and isinstance(found.get("css"), str):
             pruned = found["css"]
     if pruned is None:
-        pruned = _load_script("css_prune").prune(m.group(1), rest)
+        pruned = pruner.prune(m.group(1), rest)
         if entry is not None:
             bc.write_entry(entry, {"key": key, "css": pruned})
     return output[:m.start()] + '<style type="text/css">' + pruned + "</style>" + output[m.end():]

@@ -185,23 +185,41 @@ def test_lab_headings_get_ids_and_the_toc_follows_them():
 
 def test_pruned_notebook_css_is_cached_by_sheet_page_and_pruner(tmp_path, monkeypatch):
     """With the book cache on, a lab page's pruned stylesheet is reused while the sheet, the rest of the
-    page and css_prune.py are unchanged; a changed page or a damaged entry is pruned again."""
+    page and the pruner that runs are unchanged; a change to any of them, or a damaged entry, prunes again."""
+    scripts = tmp_path / "repo" / "scripts"
+    scripts.mkdir(parents=True)
+    (scripts / "css_prune.py").write_text((ROOT / "scripts" / "css_prune.py").read_text(encoding="utf-8"))
+    monkeypatch.setattr(hooks, "ROOT", tmp_path / "repo")
+    monkeypatch.delitem(sys.modules, "css_prune", raising=False)
+    cache = tmp_path / "cache"
+    monkeypatch.setitem(hooks._CACHE, "root", cache)
     sheet = '@charset "UTF-8";.jupyter-wrapper{color:red}.jp-A{color:blue}.jp-B{color:green}'
     page = SimpleNamespace(file=SimpleNamespace(src_uri="ch1-collective/lab.py"))
     html = '<html><style type="text/css">' + sheet + '</style><div class="jupyter-wrapper jp-A"></div></html>'
-    monkeypatch.setitem(hooks._CACHE, "root", tmp_path)
-    pruner = hooks._load_script("css_prune")
     calls = []
+    pruner = hooks._load_script("css_prune", fresh=True)
     real = pruner.prune
     monkeypatch.setattr(pruner, "prune", lambda css, rest: calls.append(1) or real(css, rest))
+
+    def entry_key():
+        (entry,) = (cache / "css").iterdir()
+        return json.loads(entry.read_text())["key"]
+
     first = hooks._notebook_css(html, page)
     assert ".jp-A{" in first and ".jp-B{" not in first and len(calls) == 1
     assert hooks._notebook_css(html, page) == first and len(calls) == 1  # reused
     other = html.replace("jp-A", "jp-B")
     second = hooks._notebook_css(other, page)
     assert ".jp-B{" in second and ".jp-A{" not in second and len(calls) == 2  # the page changed
-    (entry,) = (tmp_path / "css").iterdir()
+    (entry,) = (cache / "css").iterdir()
     entry.write_text(entry.read_text().replace("jp-B", "jp-X"))  # damaged: its digest no longer matches
     assert hooks._notebook_css(other, page) == second and len(calls) == 3
-    monkeypatch.setitem(hooks._CACHE, "root", None)  # cache off: pruned every time, nothing written
-    assert hooks._notebook_css(html, page) == first and len(calls) == 4
+    third = hooks._notebook_css(other.replace("color:green", "color:teal"), page)  # the sheet changed
+    assert ".jp-B{color:teal}" in third and len(calls) == 4
+    key = entry_key()
+    with open(scripts / "css_prune.py", "a", encoding="utf-8") as f:  # the pruner changed: loaded again
+        f.write("\n# edited\n")
+    assert hooks._notebook_css(other.replace("color:green", "color:teal"), page) == third
+    assert entry_key() != key and sys.modules["css_prune"].__book_sha__ != pruner.__book_sha__
+    monkeypatch.setitem(hooks._CACHE, "root", None)  # cache off: nothing read or written
+    assert hooks._notebook_css(html, page) == first
