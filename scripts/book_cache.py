@@ -557,6 +557,20 @@ def lab_store(path: Path, key: str, lab: Path, executed: Path) -> None:
     write_entry(path, {"key": key, "lab": _rel(lab), "notebook": json.loads(executed.read_text(encoding="utf-8"))})
 
 
+def text_lookup(root: Path, kind: str, src: str, parts: list[str]) -> tuple[Path, str, str | None]:
+    """A text derived from `parts` (e.g. a lab page's pruned stylesheet), kept one entry per `src` under
+    root/kind: (entry path, key, the stored text when its key matches, else None)."""
+    key = _sha("\0".join(parts))
+    path = _entry_path(root, kind, src)
+    entry = read_entry(path)
+    found = entry.get("text") if entry is not None and entry.get("key") == key else None
+    return path, key, found if isinstance(found, str) else None
+
+
+def text_store(path: Path, key: str, text: str) -> None:
+    write_entry(path, {"key": key, "text": text})
+
+
 def summary() -> str:
     def names(xs):
         return f" ({', '.join(xs)})" if 0 < len(xs) <= 4 else ""

@@ -691,17 +691,14 @@ def _notebook_css(output: str, page) -> str:
         return output
     rest = output[:m.start()] + output[m.end():]
     pruner = _load_script("css_prune", fresh=True)  # the key names the pruner that runs, edited or not
-    pruned, entry, key = None, None, None
+    pruned, entry = None, None
     if _CACHE["root"] is not None:
-        key = bc._sha("\0".join([m.group(1), rest, pruner.__book_sha__]))
-        entry = bc._entry_path(_CACHE["root"], "css", page.file.src_uri)
-        found = bc.read_entry(entry)
-        if found is not None and found["key"] == key and isinstance(found.get("css"), str):
-            pruned = found["css"]
+        entry, key, pruned = bc.text_lookup(_CACHE["root"], "css", page.file.src_uri,
+                                            [m.group(1), rest, pruner.__book_sha__])
     if pruned is None:
         pruned = pruner.prune(m.group(1), rest)
         if entry is not None:
-            bc.write_entry(entry, {"key": key, "css": pruned})
+            bc.text_store(entry, key, pruned)
     return output[:m.start()] + '<style type="text/css">' + pruned + "</style>" + output[m.end():]
 
 
