@@ -88,6 +88,41 @@ def finish() -> None:
         dist.destroy_process_group()
 
 
+def main(program: str, doc: str, presets: dict[str, dict], body, *, script: str | Path,
+         options=None, check=None, timing_flag: bool = False, argv=None, **world) -> int:
+    """The skeleton every gpu_runs program shares: arguments, checks, init, the measurement, the results
+    file, teardown.
+
+        def measure(env, cfg, args):            # cfg: a copy of PRESETS[args.preset]
+            ...
+            return params, measurements         # or (params, measurements, ok)
+        if __name__ == "__main__":
+            sys.exit(harness.main(PROGRAM, __doc__, PRESETS, measure, script=__file__, min_world_size=2))
+
+    `options(parser)` adds the program's own flags, `check(args, cfg)` refuses bad ones (raise UsageError)
+    before any process group exists, `timing_flag` adds --no-timing (count bytes and calls only, for
+    more processes than cores), `world` goes to init (min_world_size, allowed_world_sizes). `params`
+    is recorded with the preset's name in front. `ok=False` writes the results, then exits 1 (a wrong
+    sum, a mismatch): the file shows what went wrong."""
+    parser = base_parser(doc.strip().splitlines()[0], presets)
+    if timing_flag:
+        parser.add_argument("--no-timing", action="store_true",
+                            help="count bytes and calls only (use when processes outnumber cores)")
+    if options:
+        options(parser)
+    args = parser.parse_args(argv)
+    cfg = dict(presets[args.preset])
+    if check:
+        check(args, cfg)
+    env = init(**world)
+    out = body(env, cfg, args)
+    params, measurements, ok = (*out, True) if len(out) == 2 else out
+    write_results(env, program, script, {"preset": args.preset, **params}, measurements, args.out,
+                  save=not args.no_save)
+    finish()
+    return 0 if ok else 1
+
+
 def base_parser(description: str, presets: dict[str, dict]) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--preset", choices=sorted(presets), default="full",

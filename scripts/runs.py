@@ -281,7 +281,7 @@ def program_facts(program: str) -> dict:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "PRESETS" for t in node.targets) \
                 and isinstance(node.value, ast.Dict):
             presets = [k.value for k in node.value.keys if isinstance(k, ast.Constant)]
-    m = re.search(r"harness\.init\([^)]*min_world_size=(\d+)", src)
+    m = re.search(r"harness\.(?:init|main)\([^)]*min_world_size=(\d+)", src, re.S)
     return {"presets": presets, "min_world_size": int(m.group(1)) if m else 1,
             "imports": sorted({mod for mod in ("deepspeed",) if re.search(rf"^\s*(import|from) {mod}\b", src, re.M)})}
 
