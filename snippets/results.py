@@ -17,6 +17,8 @@ Staleness policy, by who can refresh a result:
     visible badge ("measured at commit X; since then: files ..."), and the build prints a warning on
     the `book.results` logger, which is outside mkdocs' logger tree, so strict mode does not count
     it: a maintainer without a GPU can still edit a shared module and build.
+While writing, BOOK_ALLOW_STALE=1 treats stale CPU results the same way (never set in CI or
+`make build`; `make runs` then refreshes them from a clean tree).
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import hashlib
 import html
 import json
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,6 +87,11 @@ def validate(data: dict, path: Path | str = "<memory>") -> None:
                            f"does not match kind {data['hardware']['kind']}")
     if data["hardware"]["kind"] == "gpu" and not data["hardware"]["gpu_count"]:
         raise ResultsError(f"{path}: field 'hardware/gpu_count': a GPU result needs GPUs")
+
+
+def _cpu_log() -> logging.Logger:
+    """Stale CPU results fail the strict build, unless an author set BOOK_ALLOW_STALE=1 while writing."""
+    return _gpu_log() if os.environ.get("BOOK_ALLOW_STALE") == "1" else log
 
 
 @dataclass
@@ -178,7 +186,7 @@ def validate_all() -> list[Result]:
                                "a badge; refresh it on a GPU with `make gpu-runs`", _rel(r.path),
                                r.data["git"]["commit"][:12], "; ".join(reasons))
         else:
-            log.warning("stale result %s (%s): rerun it (make runs)", _rel(r.path), "; ".join(reasons))
+            _cpu_log().warning("stale result %s (%s): rerun it (make runs)", _rel(r.path), "; ".join(reasons))
     return results
 
 
@@ -325,7 +333,7 @@ def provenance_box(r: Result) -> str:
     kind = "danger" if reasons else "info"
     title = (f"STALE — 실행 이후 바뀐 입력 ({', '.join(reasons)}): " if reasons else "출처 (provenance) — ") + r.label
     if reasons:
-        log.warning("page renders stale result %s (%s)", _rel(r.path), ", ".join(reasons))
+        _cpu_log().warning("page renders stale result %s (%s)", _rel(r.path), ", ".join(reasons))
     return (f'<details class="{kind} provenance" markdown="0"><summary>{html.escape(title)}</summary>'
             f'<table class="provenance-table">{body}</table></details>')
 

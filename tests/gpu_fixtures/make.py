@@ -12,6 +12,7 @@ The build test (tests/site/test_gpu_fixtures.py) copies these files into a scrat
 builds strictly, so that every page must show them beside the CPU results.
 
     python -m tests.gpu_fixtures.make          # rewrite tests/gpu_fixtures/results/
+    python -m tests.gpu_fixtures.make zero_bench   # only one program's
     python -m tests.gpu_fixtures.make --check  # exit 1 if the committed fixtures differ
 """
 from __future__ import annotations
@@ -76,12 +77,18 @@ def versions_on_cuda() -> dict:
 
 
 def gpu_programs() -> list[str]:
-    """Programs whose source defines a `gpu` preset (read by runs.py, as `make gpu-runs` does)."""
+    """Programs that produce GPU results: every program of the GPU refresh plan (runs.GPU_RUNS) and
+    every program with a `gpu` preset, except host-memory programs that hide the GPUs
+    (CUDA_VISIBLE_DEVICES="": their results on a GPU box are CPU results)."""
     sys.path.insert(0, str(ROOT / "scripts"))
     import runs
 
-    return sorted(p.stem for p in (ROOT / "gpu_runs").glob("*.py")
-                  if p.stem not in ("harness", "comm_counter", "__init__") and "gpu" in runs.program_facts(p.stem)["presets"])
+    names = {r.program for r in runs.GPU_RUNS} | {
+        p.stem for p in (ROOT / "gpu_runs").glob("*.py")
+        if p.stem not in ("harness", "comm_counter", "__init__") and "gpu" in runs.program_facts(p.stem)["presets"]}
+    hides = {n for n in names if (ROOT / "gpu_runs" / f"{n}.py").exists() and
+             'os.environ["CUDA_VISIBLE_DEVICES"] = ""' in (ROOT / "gpu_runs" / f"{n}.py").read_text()}
+    return sorted(n for n in names - hides if (ROOT / "gpu_runs" / f"{n}.py").exists())
 
 
 def _augment(program: str):
@@ -109,11 +116,13 @@ def fixture_from_cpu(cpu: dict, cpu_rel: str) -> dict:
     return d
 
 
-def make() -> dict[Path, dict]:
+def make(only=()) -> dict[Path, dict]:
     from snippets import results
 
     out: dict[Path, dict] = {}
     for program in gpu_programs():
+        if only and program not in only:
+            continue
         cpu_files = [p for p in sorted((results.RESULTS / program).glob("*.json"))
                      if json.loads(p.read_text())["hardware"]["kind"] == "cpu"]
         for p in cpu_files:
@@ -123,7 +132,9 @@ def make() -> dict[Path, dict]:
         if not cpu_files:
             aug = _augment(program)
             if aug is None:
-                raise SystemExit(f"{program}: no CPU result and no tests/gpu_fixtures/augment/{program}.py")
+                print(f"warning: {program}: no CPU result and no tests/gpu_fixtures/augment/{program}.py: "
+                      "no fixture", file=sys.stderr)
+                continue
             d = {"program": program}
             aug(d)
             results.validate(d, f"{program}/{d['hardware']['id']}.json")
@@ -137,18 +148,24 @@ def _text(d: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("programs", nargs="*", help="only these programs' fixtures (default: all)")
     ap.add_argument("--check", action="store_true")
     a = ap.parse_args(argv)
-    made = make()
+    made = make(a.programs)
+    mine = lambda p: not a.programs or p.parent.name in a.programs  # noqa: E731
     if a.check:
-        old = {p: p.read_text() for p in OUT.glob("*/*.json")}
+        old = {p: p.read_text() for p in OUT.glob("*/*.json") if mine(p)}
         new = {p: _text(d) for p, d in made.items()}
         bad = sorted(set(old) ^ set(new) | {p for p in old.keys() & new.keys() if old[p] != new[p]})
         for p in bad:
             print(f"differs: {p.relative_to(ROOT)}")
         return 1 if bad else 0
     for p in OUT.glob("*/*.json"):
-        p.unlink()
+        if mine(p):
+            p.unlink()
+    for d in OUT.glob("*/"):
+        if not any(d.iterdir()):
+            d.rmdir()
     for p, d in made.items():
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(_text(d), encoding="utf-8")
