@@ -42,7 +42,7 @@ def _gpu_log() -> logging.Logger:
     lg = logging.getLogger("book.results")
     if not lg.handlers:
         h = logging.StreamHandler()
-        h.setFormatter(logging.Formatter("WARNING -  %(message)s"))
+        h.setFormatter(logging.Formatter("%(levelname)-7s -  %(message)s"))
         lg.addHandler(h)
         lg.setLevel(logging.INFO)
         lg.propagate = False

@@ -1,5 +1,6 @@
 """Results files: schema, provenance, staleness, and the harness's refusal of bad arguments."""
 import copy
+from pathlib import Path
 import json
 
 import pytest
@@ -214,3 +215,118 @@ def test_results_are_written_atomically(tmp_path, monkeypatch):
                           {"n": 1}, [{"x": 1}] * 100, out=tmp_path)
     results.validate(json.loads(target.read_text()))
     assert sorted(p.name for p in tmp_path.iterdir()) == [target.name]
+
+
+# ------------------------------------------------------------------ every hardware on the page
+
+FIXTURES = results.ROOT / "tests" / "gpu_fixtures" / "results"
+
+
+def _copy_result(tmp_path, src, **hardware):
+    """A copy of a results file with some hardware fields changed, readable by results.read."""
+    d = json.loads(Path(src).read_text())
+    d["hardware"].update(hardware)
+    p = tmp_path / d["program"] / f"{d['hardware']['id']}.json"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(d))
+    return results.read(p)
+
+
+def test_platforms_group_cpu_runs_and_each_gpu_kind_apart(tmp_path):
+    cpu = [results.read(p) for p in sorted((results.RESULTS / "collectives_bench").glob("cpu-*.json"))]
+    gpu = [results.read(p) for p in sorted((FIXTURES / "collectives_bench").glob("gpu-*.json"))]
+    h100 = _copy_result(tmp_path, gpu[0].path, gpu_name="NVIDIA H100 80GB HBM3", id="gpu-nccl-1x2-nvidia-h100-80gb-hbm3")
+    two_nodes = _copy_result(tmp_path, gpu[-1].path, nnodes=2, id="gpu-nccl-2x2-nvidia-h200")
+    plats = results.platforms([two_nodes, h100, *gpu, *cpu])
+    worlds = lambda p: [r.hardware["world_size"] for r in p.runs]  # noqa: E731
+    assert [p.kind for p in plats] == ["cpu", "gpu", "gpu", "gpu"]
+    assert worlds(plats[0]) == sorted(r.hardware["world_size"] for r in cpu)
+    labels = [p.label.rstrip(" ⚠") for p in plats]
+    assert labels[0] == "CPU — gloo, " + "·".join(str(w) for w in worlds(plats[0])) + " processes"
+    assert labels[1] == "GPU — 2× NVIDIA H100 80GB HBM3, NCCL"
+    assert labels[2] == "GPU — " + "·".join(str(w) for w in worlds(plats[2])) + "× NVIDIA H200, NCCL"
+    assert labels[3] == "GPU — 2 nodes × 2× NVIDIA H200, NCCL"   # world 4 = 2 nodes × 2 GPUs
+    assert plats[3].by_world == {4: two_nodes}
+
+
+def test_hardware_tabs_render_each_platform_with_its_own_files(tmp_path):
+    cpu = [results.read(p) for p in sorted((results.RESULTS / "collectives_bench").glob("cpu-*.json"))]
+    gpu = [results.read(p) for p in sorted((FIXTURES / "collectives_bench").glob("gpu-*.json"))]
+    seen = []
+
+    def render(plat):
+        seen.append(plat)
+        return results.markdown_table(["N", "hardware"], [[n, r.hardware["kind"]] for n, r in plat.by_world.items()]) \
+            + "\n\n$\\alpha$ per " + ("GPU" if plat.is_gpu else "process")
+
+    out = results.hardware_tabs([*gpu, *cpu], render)
+    assert [p.kind for p in seen] == ["cpu", "gpu"]
+    import re as _re
+    labels = _re.findall(r'<label for="(hw\w+)_(\d)">([^<]+)</label>', out)
+    assert [lab for _, _, lab in labels] == [p.label for p in seen]
+    ids = _re.findall(r'<input (?:checked )?id="(hw\w+_\d)" name="(hw\w+)" type="radio">', out)
+    assert len(ids) == 2 and ids[0][1] == ids[1][1] and out.count("checked ") == 1
+    blocks = out.split('<div class="tabbed-block">')[1:]
+    assert len(blocks) == 2
+    for block, plat in zip(blocks, seen):
+        assert "<table>" in block and '<span class="arithmatex">\\(\\alpha\\)</span>' in block
+        shown = _re.findall(r"<th>파일</th><td><code>([^<]+)</code>", block)
+        assert shown == [results._rel(r.path).as_posix() for r in plat.runs]   # its own files, no other's
+
+
+def test_stale_gpu_result_goes_to_a_logger_strict_mode_does_not_count(tmp_path, caplog):
+    """mkdocs --strict counts warnings of the 'mkdocs' logger tree; a stale GPU result must not be one,
+    a stale CPU result must."""
+    import logging
+
+    gpu = _copy_result(tmp_path, sorted((FIXTURES / "zero_bench").glob("gpu-*.json"))[0])
+    d = gpu.data
+    d["inputs"]["gpu_runs/harness.py"] = "0" * 64
+    cpu_d = json.loads(sorted((results.RESULTS / "zero_bench").glob("cpu-*.json"))[0].read_text())
+    cpu_d["inputs"]["gpu_runs/harness.py"] = "0" * 64
+    cpu = results.Result(tmp_path / "cpu.json", cpu_d)
+    logging.getLogger("book.results").propagate = True  # let caplog see it
+    try:
+        with caplog.at_level(logging.INFO):
+            gbox = results.provenance_box(gpu)
+            cbox = results.provenance_box(cpu)
+    finally:
+        logging.getLogger("book.results").propagate = False
+    by_logger = {(r.name, r.levelname) for r in caplog.records}
+    assert ("book.results", "INFO") in by_logger
+    assert ("mkdocs.plugins.book.results", "WARNING") in by_logger or __import__("os").environ.get("BOOK_ALLOW_STALE")
+    assert not any(r.name.startswith("mkdocs") and "GPU" in r.getMessage() for r in caplog.records)
+    assert 'class="stale-badge"' in gbox and d["git"]["commit"][:12] in gbox and "gpu_runs/harness.py changed" in gbox
+    assert "STALE" in cbox and "stale-badge" not in cbox
+    assert gpu.stale and not gpu.strict_stale and cpu.strict_stale
+
+
+def test_every_gpu_program_has_fixtures_whose_measurements_match_the_cpu_shape():
+    """The synthetic GPU fixtures mirror every CPU file of every GPU-plan program; their measurements keep
+    the CPU files' structure (keys), so a page that renders the CPU file can render the fixture. When a
+    program's output changes, regenerate: python -m tests.gpu_fixtures.make <program>."""
+    from tests.gpu_fixtures import make
+
+    def keys(x, depth=0):
+        if isinstance(x, dict):
+            return {k: keys(v, depth + 1) for k, v in x.items()} if depth < 3 else set(x)
+        if isinstance(x, list) and x:
+            return [keys(x[0], depth + 1)]
+        return type(x).__name__ if x is not None else None
+
+    for program in make.gpu_programs():
+        cpu = sorted((results.RESULTS / program).glob("cpu-*.json"))
+        fx = sorted((FIXTURES / program).glob("gpu-*.json"))
+        assert fx, f"no GPU fixture for {program}: python -m tests.gpu_fixtures.make {program}"
+        for c in cpu:
+            cd = json.loads(c.read_text())
+            n = cd["hardware"]["world_size"]
+            match = [f for f in fx if json.loads(f.read_text())["hardware"]["world_size"] == n]
+            assert match, f"{program}: no GPU fixture of world size {n} (mirror of {c.name})"
+            gd = json.loads(match[0].read_text())
+            assert gd["hardware"]["kind"] == "gpu" and gd["hardware"]["backend"] == "nccl"
+            assert "synthetic" in gd["command"]
+            ck, gk = keys(cd["measurements"]), keys(gd["measurements"])
+            if isinstance(ck, dict):
+                missing = set(ck) - set(gk)
+                assert not missing, f"{match[0].name}: measurements lack {missing}; regenerate the fixtures"
