@@ -6,22 +6,62 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# torch 2.13.0 is the newest CPU build; on a CUDA machine: make setup TORCH_SPEC="torch==2.13.0 --index-url <your CUDA wheel index>"
+# torch 2.13.0 is the newest CPU build; on a CUDA machine:
+#   make setup TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
+# (a CUDA version no newer than the one `nvidia-smi` prints). The torch stamp is named after a hash of
+# TORCH_SPEC, so `make setup` with another spec reinstalls torch (and what was built against it).
 TORCH_SPEC ?= torch==2.13.0
 DEEPSPEED_SPEC ?= deepspeed==0.19.8
+TORCH_STAMP := $(VENV)/.torch-$(shell printf '%s' '$(TORCH_SPEC)' | { sha256sum 2>/dev/null || shasum -a 256; } | cut -c1-16)
 export NO_MKDOCS_2_WARNING := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: setup serve build test test-fast runs gpu-runs lock browser-deps clean bench
 
-$(STAMP): requirements.lock pyproject.toml package.json package-lock.json
+# torch, from TORCH_SPEC. Another spec installed before (another .torch-* stamp): uninstall that torch
+# first, since pip counts 2.13.0+cpu as satisfying torch==2.13.0 and would keep the CPU build; deepspeed
+# goes with it (it is built against the torch it was installed with) and $(STAMP) reinstalls it.
+$(TORCH_STAMP):
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	if ls $(VENV)/.torch-* >/dev/null 2>&1; then $(BIN)/pip uninstall -y -q torch deepspeed; rm -f $(VENV)/.torch-*; fi
 	$(BIN)/pip install -q $(TORCH_SPEC)
+	printf '%s\n' '$(TORCH_SPEC)' > $@
+
+# DeepSpeed's CPU accelerator JIT-compiles two C++ ops on first use, about 30 s each on 2 cores: build them
+# at set-up so that no test or run pays for it. A failed build is printed in full (the traceback holds the
+# compiler's output) and does not stop the set-up; what needs the op fails with the same error until it builds:
+#   ShareMemCommBuilder: deepspeed.comm builds it when it starts on the CPU accelerator (deepspeed 0.19.8
+#     comm/torch.py build_shm_op, TorchBackend.__init__), so every DeepSpeed program on CPU: zero_bench,
+#     offload_bench, deepspeed_pipe, cpu_allreduce_gap. On CUDA the builder does not exist (None): not needed.
+#   PinMemoryBuilder: only under DS_PIN_MEMORY_BACKEND=native (utils/pin_memory.py), which no gpu_runs
+#     program sets: on CPU and on CUDA, a failure here affects nothing the book runs.
+define DS_OPS_PY
+import sys, traceback
+from deepspeed.accelerator import get_accelerator
+acc = get_accelerator()
+needed_by = {"ShareMemCommBuilder": "every DeepSpeed program on CPU (zero_bench, offload_bench, deepspeed_pipe, "
+                                    "cpu_allreduce_gap: deepspeed.comm builds this op when it starts)",
+             "PinMemoryBuilder": "only runs with DS_PIN_MEMORY_BACKEND=native (no gpu_runs program sets it)"}
+for name, who in needed_by.items():
+    builder = acc.create_op_builder(name)
+    if builder is None:
+        print(f"DeepSpeed op {name}: not used by the {acc.device_name()} accelerator")
+        continue
+    try:
+        builder.load()
+        print(f"DeepSpeed op {name}: built")
+    except Exception:
+        traceback.print_exc()
+        print(f"WARNING: DeepSpeed op {name} failed to build (above). Set-up goes on; {who} will fail "
+              "until it builds (a C++ compiler and ninja are needed).", file=sys.stderr)
+endef
+export DS_OPS_PY
+
+$(STAMP): $(TORCH_STAMP) requirements.lock pyproject.toml package.json package-lock.json
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -r requirements.lock
 	DS_BUILD_OPS=0 $(BIN)/pip install -q --no-build-isolation $(DEEPSPEED_SPEC)
-	# DeepSpeed's CPU backend JIT-compiles its shared-memory comm op and (for offload) its pinned-memory
-	# op on first use, about 30 s each on 2 cores; build them now so that no test or run pays for it
-	$(BIN)/python -c "from deepspeed.accelerator import get_accelerator as g; [b.load() for b in map(g().create_op_builder, ('ShareMemCommBuilder', 'PinMemoryBuilder')) if b]" 2>&1 | tail -n 1
+	$(BIN)/python -c "$$DS_OPS_PY"
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $(STAMP)

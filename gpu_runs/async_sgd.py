@@ -22,9 +22,7 @@ loss gap over steps, and counts every torch.distributed.all_reduce call and its 
 """
 from __future__ import annotations
 
-import copy
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -110,22 +108,29 @@ def run_ddp(p, env, a, y, w_opt, period: int | None):
     curve, local = [record(model, cpu_a, cpu_y, w_opt, 0)], []
     with CommCounter() as cc:
         for step in range(1, p["steps"] + 1):
-            xb, yb = batch(p, a, y, env.rank, env.world_size, step)
-            opt.zero_grad()
-            (0.5 * ((ddp(xb.to(env.device)).squeeze(1) - yb.to(env.device)) ** 2).mean()).backward()
-            opt.step()
-            local.append(model.weight.detach().reshape(-1).cpu().clone())
-            if step % p["every"] == 0:
-                curve.append(record(model, cpu_a, cpu_y, w_opt, step))
+            local_step(ddp, opt, p, a, y, env, step)
+            track(model, local, curve, (cpu_a, cpu_y, w_opt), step, p["every"])
     ws = gather(torch.stack(local))  # (world, steps, d), outside the counted region
     spread = [max(float((w[t] - ws[0][t]).norm()) for w in ws) for t in range(p["steps"])]
     return curve, spread, cc.summary(), torch.stack(local)
 
 
-def gather(t):
-    out = [None] * dist.get_world_size()
-    dist.all_gather_object(out, t)
-    return out
+gather = harness.gather
+
+
+def local_step(net, opt, p, a, y, env, step: int) -> None:
+    """One SGD step of this rank on its own rows (the same draw in every method)."""
+    xb, yb = batch(p, a, y, env.rank, env.world_size, step)
+    opt.zero_grad()
+    (0.5 * ((net(xb.to(env.device)).squeeze(1) - yb.to(env.device)) ** 2).mean()).backward()
+    opt.step()
+
+
+def track(model, local: list, curve: list, problem_, step: int, every: int) -> None:
+    """Keep this step's weights; every `every` steps also the distance and loss gap."""
+    local.append(model.weight.detach().reshape(-1).cpu().clone())
+    if step % every == 0:
+        curve.append(record(model, *problem_, step))
 
 
 def run_diloco(p, env, a, y, w_opt, period: int, outer_lr: float, outer_momentum: float):
@@ -140,10 +145,7 @@ def run_diloco(p, env, a, y, w_opt, period: int, outer_lr: float, outer_momentum
     curve, local = [record(model, cpu_a, cpu_y, w_opt, 0)], []
     with CommCounter() as cc:
         for step in range(1, p["steps"] + 1):
-            xb, yb = batch(p, a, y, env.rank, env.world_size, step)
-            inner.zero_grad()
-            (0.5 * ((model(xb.to(env.device)).squeeze(1) - yb.to(env.device)) ** 2).mean()).backward()
-            inner.step()
+            local_step(model, inner, p, a, y, env, step)
             if step % period == 0:
                 deltas = [op.detach() - q.detach() for op, q in zip(outer_params, model.parameters())]
                 flat = torch.cat([d.reshape(-1) for d in deltas])
@@ -157,9 +159,7 @@ def run_diloco(p, env, a, y, w_opt, period: int, outer_lr: float, outer_momentum
                 with torch.no_grad():
                     for q, op in zip(model.parameters(), outer_params):
                         q.copy_(op)
-            local.append(model.weight.detach().reshape(-1).cpu().clone())
-            if step % p["every"] == 0:
-                curve.append(record(model, cpu_a, cpu_y, w_opt, step))
+            track(model, local, curve, (cpu_a, cpu_y, w_opt), step, p["every"])
     return curve, cc.summary(), torch.stack(local)
 
 
@@ -182,15 +182,17 @@ def run_hogwild(p, a, y, w_opt):
     for workers in h["workers"]:
         model = new_model(p)
         model.share_memory()
-        t0 = time.perf_counter()
         procs = [ctx.Process(target=_hogwild_worker,
                              args=(model, a, y, p["lr"], h["updates"] // workers, 1000 + i, p["b"]))
                  for i in range(workers)]
-        for pr in procs:
-            pr.start()
-        for pr in procs:
-            pr.join()
-        wall = time.perf_counter() - t0
+
+        def run(procs=procs):
+            for pr in procs:
+                pr.start()
+            for pr in procs:
+                pr.join()
+
+        wall = harness.time_call("cpu", run, barrier=False)  # host processes on a host clock
         assert all(pr.exitcode == 0 for pr in procs)
         w = model.weight.detach().reshape(-1)
         rows.append({"workers": workers, "updates_total": workers * (h["updates"] // workers),
@@ -199,11 +201,7 @@ def run_hogwild(p, a, y, w_opt):
     return rows
 
 
-def main(argv=None):
-    parser = harness.base_parser(__doc__.splitlines()[0], PRESETS)
-    args = parser.parse_args(argv)
-    env = harness.init(min_world_size=2)
-    p = PRESETS[args.preset]
+def measure(env, p, args):
     torch.set_num_threads(1)
     a, y, w_opt = problem(p, env.world_size)
     a_dev, y_dev = a.to(env.device), y.to(env.device)
@@ -225,9 +223,8 @@ def main(argv=None):
     meas["param_bytes"] = p["d"] * 4
     meas["hogwild"] = run_hogwild(p, a, y, w_opt) if env.is_main else None
     dist.barrier()
-    harness.write_results(env, PROGRAM, __file__, {"preset": args.preset, **p}, meas, args.out, not args.no_save)
-    harness.finish()
+    return p, meas
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(harness.main(PROGRAM, __doc__, PRESETS, measure, script=__file__, min_world_size=2))

@@ -11,11 +11,15 @@ For each mode it records
   * activation bytes alive right after forward and their peak during backward. On CPU these come
     from torch.distributed._tools.mem_tracker.MemTracker (categories ACT + TEMP, updated after every
     op: snippets/common/saved_tensors.py). On CUDA: torch.cuda.memory_allocated() after forward and
-    torch.cuda.max_memory_allocated() during backward, minus the bytes allocated before forward;
+    torch.cuda.max_memory_allocated() during backward, minus the bytes allocated before forward, with
+    every gradient (parameters and input) allocated before that baseline, so the peak is activations
+    and backward temporaries, not the gradients' ψ·2 bytes (backward accumulates into them in place);
   * how many times each block's forward started (forward pre-hooks): the recomputation, counted;
   * whether every parameter gradient is bitwise equal to the gradients of mode "none";
   * the matmul FLOPs of forward + backward (torch.utils.flop_counter.FlopCounterMode), recomputation included;
-  * the median forward+backward time over `iters` iterations, and the forward alone.
+  * the median forward+backward time over `iters` iterations, and the forward alone (a fence, then
+    CUDA events on a GPU, time.perf_counter on CPU), and the matmul TFLOP/s that time achieves (the
+    page divides it by the GPU's peak for the MFU).
 It also traces one GPT-3 175B layer (s = 2048, h = 12288, a = 96, b = 1) on the meta device and records
 the bytes it saves (Ch6-01 experiment 4): no memory is allocated, but the meta kernels' imports take
 seconds, which is why this runs here and not in a page cell.
@@ -29,7 +33,6 @@ from __future__ import annotations
 import math
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -53,9 +56,18 @@ def modes(layers: int) -> list[tuple[str, int, str]]:
             ("ln", 0, "ln")]
 
 
-def sync(dev):
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
+def cuda_memory(blocks, x, segments, recompute, dev) -> tuple[int, int]:
+    """(bytes allocated after forward, peak during backward), both above the bytes allocated before
+    forward, from the caching allocator (CUDA). Every gradient is allocated before the baseline: without
+    that the peak would include the parameter gradients backward creates (ψ·2 bytes, ~1.6 GB at the gpu
+    preset), which checkpointing does not change."""
+    for t in [*blocks.parameters(), x]:
+        t.grad = torch.zeros_like(t)  # backward accumulates into these in place: 0 + g == g bitwise
+    with harness.PeakMemory(dev) as fwd:
+        y = forward_stack(blocks, x, segments, recompute)
+    with harness.PeakMemory(dev) as bwd:
+        y.float().sum().backward()
+    return fwd.end - fwd.base, bwd.peak - fwd.base
 
 
 def one_mode(cfg, dev, segments, recompute, ref_grads=None):
@@ -71,17 +83,10 @@ def one_mode(cfg, dev, segments, recompute, ref_grads=None):
 
     # 1) memory, with the same RNG seed for every mode (dropout masks identical → gradients comparable)
     torch.manual_seed(123)
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-        torch.cuda.reset_peak_memory_stats(dev)
-        base = torch.cuda.memory_allocated(dev)
-        y = forward_stack(blocks, x, segments, recompute)
-        after_fwd = torch.cuda.memory_allocated(dev) - base
-        torch.cuda.reset_peak_memory_stats(dev)
-        y.float().sum().backward()
-        sync(dev)
-        peak = torch.cuda.max_memory_allocated(dev) - base
-        how = "torch.cuda.memory_allocated / max_memory_allocated minus the bytes before forward"
+    if harness.on_cuda(dev):
+        after_fwd, peak = cuda_memory(blocks, x, segments, recompute, dev)
+        how = ("torch.cuda.memory_allocated / max_memory_allocated minus the bytes before forward "
+               "(gradients preallocated before it)")
     else:
         mt = activation_peak_tracker()
         mt.track_external(blocks, x)
@@ -109,26 +114,28 @@ def one_mode(cfg, dev, segments, recompute, ref_grads=None):
     flops = {"fwd_bwd": int(fc.get_total_flops()), "fwd": int(fwd.get_total_flops()),
              "by_op": {str(k): int(v) for k, v in fc.get_flop_counts().get("Global", {}).items()}}
 
-    # 2) time (no tracker), median over iterations
+    # 2) time (no tracker), median over iterations: one fence, marks between the passes, read after
+    clock = harness.Clock(dev)
     times, fwd_times = [], []
     for it in range(cfg["iters"] + 1):
         for p in blocks.parameters():
             p.grad = None
-        sync(dev)
-        t0 = time.perf_counter()
+        clock.start()
+        t0 = clock.mark()
         y = forward_stack(blocks, x, segments, recompute)
-        sync(dev)
-        t1 = time.perf_counter()
+        t1 = clock.mark()
         y.float().sum().backward()
-        sync(dev)
-        t2 = time.perf_counter()
+        t2 = clock.mark()
+        clock.resolve()
         if it:  # the first iteration warms up
-            times.append(t2 - t0)
-            fwd_times.append(t1 - t0)
+            times.append(clock.seconds(t0, t2))
+            fwd_times.append(clock.seconds(t0, t1))
+    fwd_bwd_s = statistics.median(times)
     return grads, {"act_after_forward": int(after_fwd), "act_peak_backward": int(peak), "memory_source": how,
                    "block_forward_calls": fwd_calls, "grads_equal_to_none": equal, "flops": flops,
-                   "fwd_bwd_ms_median": statistics.median(times) * 1e3,
-                   "fwd_ms_median": statistics.median(fwd_times) * 1e3}
+                   "fwd_bwd_ms_median": fwd_bwd_s * 1e3,
+                   "fwd_ms_median": statistics.median(fwd_times) * 1e3,
+                   "tflops_achieved": flops["fwd_bwd"] / fwd_bwd_s / 1e12}
 
 
 # --8<-- [start:meta]
@@ -145,21 +152,17 @@ def gpt3_layer_on_meta(b: int = 1) -> dict:
 # --8<-- [end:meta]
 
 
-def main(argv=None) -> int:
-    parser = harness.base_parser(__doc__.splitlines()[0], PRESETS)
-    args = parser.parse_args(argv)
-    env = harness.init(allowed_world_sizes={1})
-    cfg = PRESETS[args.preset]
+def measure(env, cfg, args):
     torch.set_num_threads(max(1, torch.get_num_threads()))
     rows, ref = [], None
-    if env.device.type == "cuda":
+    if harness.on_cuda(env):
         # cuBLAS/cuBLASLt take their workspaces from the caching allocator on first use: let that happen
         # before the first measured forward, or the first mode's memory_allocated would include them
         warm = make_stack(1, cfg["h"], cfg["a"], device=env.device)
         xw = torch.randn(cfg["s"], cfg["b"], cfg["h"], device=env.device, dtype=torch.bfloat16, requires_grad=True)
         forward_stack(warm, xw).float().sum().backward()
         del warm, xw
-        sync(env.device)
+        harness.sync(env)
     for name, k, rec in modes(cfg["layers"]):
         grads, row = one_mode(cfg, env.device, k, rec, ref)
         if name == "none":
@@ -169,17 +172,16 @@ def main(argv=None) -> int:
         print(f"{name:>12}: after fwd {row['act_after_forward']:>12,} B  peak {row['act_peak_backward']:>12,} B  "
               f"fwd calls {sum(row['block_forward_calls'])}  equal {row['grads_equal_to_none']}  "
               f"{row['fwd_bwd_ms_median']:.1f} ms", flush=True)
-    params = {"preset": args.preset, **cfg, "dtype": "bfloat16", "p_drop": 0.1,
+    params = {**cfg, "dtype": "bfloat16", "p_drop": 0.1,
               "checkpoint": "torch.utils.checkpoint.checkpoint(use_reentrant=False, preserve_rng_state=True)",
               "torch_threads": torch.get_num_threads(),
-              "timing": "per mode: 1 warm-up + iters iterations of forward+backward; median; CPU times are CPU times"}
+              "timing": "per mode: 1 warm-up + iters iterations of forward+backward, a synchronize before each, "
+                        + ("CUDA events" if harness.on_cuda(env) else "time.perf_counter") + " between the passes; "
+                        "median; CPU times are CPU times"}
     meta = gpt3_layer_on_meta()
     print(f"GPT-3 layer on meta: {meta['saved_bytes']:,} B saved", flush=True)
-    harness.write_results(env, PROGRAM, __file__, params, {"modes": rows, "gpt3_meta": meta}, args.out,
-                          save=not args.no_save)
-    harness.finish()
-    return 0
+    return params, {"modes": rows, "gpt3_meta": meta}
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(harness.main(PROGRAM, __doc__, PRESETS, measure, script=__file__, allowed_world_sizes={1}))

@@ -2,19 +2,27 @@
 
 For each collective and each message size S (bytes, nccl-tests' convention: the whole buffer
 for all_reduce / broadcast / all_to_all, the whole gathered or scattered array for all_gather /
-reduce_scatter), it runs warm-up iterations, then timed iterations, checks every result against
-the exact expected values, and records time, algbw = S/t and busbw = algbw·factor(n)
-(nccl-tests doc/PERFORMANCE.md; factors in snippets/common/alphabeta.py).
+reduce_scatter), it checks `checks` calls against the exact expected values, runs warm-up calls,
+then times the collective the way nccl-tests does: `spans` spans of back-to-back calls, each span
+one interval (CUDA events on a GPU, read after the span; time.perf_counter on CPU), time per call =
+span / calls, the slowest rank's per span; the row's time is the median over spans. No barrier or
+synchronize sits between two timed calls, so a small message's time is the collective's, not a
+fence's. It records time, algbw = S/t and busbw = algbw·factor(n) (nccl-tests doc/PERFORMANCE.md;
+factors in snippets/common/alphabeta.py).
 
     torchrun --nproc_per_node=4 gpu_runs/collectives_bench.py                 # CPU, gloo
     torchrun --nproc_per_node=8 gpu_runs/collectives_bench.py --preset gpu    # 8 GPUs, NCCL
+    torchrun --nnodes=2 --nproc_per_node=8 --rdzv-backend=c10d --rdzv-endpoint=HOST:29500 \
+        --rdzv-id=bench gpu_runs/collectives_bench.py --preset gpu           # 2 nodes × 8 GPUs
     torchrun --nproc_per_node=2 gpu_runs/collectives_bench.py --preset tiny --no-save
+
+Several nodes: run the same torchrun line on every node (c10d rendezvous at HOST, one of them);
+each rank uses cuda:LOCAL_RANK of its node, and the results file records nodes × GPUs per node.
 """
 from __future__ import annotations
 
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -27,21 +35,18 @@ from snippets.common.alphabeta import BUSBW_FACTOR  # noqa: E402
 PROGRAM = "collectives_bench"
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all")
 PRESETS = {
-    # bytes: min, max, factor; timed iterations shrink with size to bound the run time
-    "tiny": {"min_bytes": 64, "max_bytes": 4096, "factor": 4, "warmup": 2, "iters": 5, "max_iter_bytes": 1 << 16},
-    "full": {"min_bytes": 8, "max_bytes": 32 << 20, "factor": 2, "warmup": 5, "iters": 50, "max_iter_bytes": 1 << 30},
-    "gpu": {"min_bytes": 8, "max_bytes": 1 << 30, "factor": 2, "warmup": 20, "iters": 100, "max_iter_bytes": 1 << 36},
+    # bytes: min, max, factor; iters: timed calls per size (spans × calls per span), shrinking with size
+    # (at most max_iter_bytes moved) to bound the run time; checks: verified calls per size (untimed)
+    "tiny": {"min_bytes": 64, "max_bytes": 4096, "factor": 4, "warmup": 2, "iters": 6, "max_iter_bytes": 1 << 16,
+             "spans": 3, "checks": 2},
+    "full": {"min_bytes": 8, "max_bytes": 32 << 20, "factor": 2, "warmup": 5, "iters": 50, "max_iter_bytes": 1 << 30,
+             "spans": 5, "checks": 2},
+    "gpu": {"min_bytes": 8, "max_bytes": 1 << 30, "factor": 2, "warmup": 20, "iters": 100, "max_iter_bytes": 1 << 36,
+            "spans": 5, "checks": 2},
 }
+METHOD = "back-to-back"  # nccl-tests: warm-up, then spans of back-to-back calls, time per call = span / calls
 DTYPE = torch.float32
 ITEM = 4
-
-
-def sizes(min_b: int, max_b: int, factor: int) -> list[int]:
-    out, s = [], min_b
-    while s <= max_b:
-        out.append(s)
-        s *= factor
-    return out
 
 
 def buffers(op: str, size: int, n: int, rank: int, device):
@@ -75,8 +80,16 @@ def buffers(op: str, size: int, n: int, rank: int, device):
 
 
 def run_op(op: str, inp, out):
+    """One checked call: the result is compared with the expected values (all_reduce starts from inp)."""
     if op == "all_reduce":
         out.copy_(inp)
+    return launch(op, inp, out)
+
+
+def launch(op: str, inp, out):
+    """One call as the timed loop makes it: all_reduce in place on `out`, the others out of place
+    (broadcast in place on `inp`); repeating it needs no fresh input."""
+    if op == "all_reduce":
         dist.all_reduce(out)
         return out
     if op == "broadcast":
@@ -94,68 +107,70 @@ def run_op(op: str, inp, out):
     raise ValueError(op)
 
 
-def main(argv=None) -> int:
-    parser = harness.base_parser(__doc__.splitlines()[0], PRESETS)
+def options(parser) -> None:
     parser.add_argument("--ops", default=",".join(OPS), help="comma-separated subset of " + ",".join(OPS))
-    args = parser.parse_args(argv)
-    ops = [o for o in args.ops.split(",") if o]
-    bad = [o for o in ops if o not in OPS]
+
+
+def check(args, cfg) -> None:
+    args.ops = [o for o in args.ops.split(",") if o]
+    bad = [o for o in args.ops if o not in OPS]
     if bad:
         raise harness.UsageError(f"unknown op(s) {bad}; choose from {list(OPS)}")
-    env = harness.init(min_world_size=2)
-    cfg = PRESETS[args.preset]
+
+
+def span_times(env, op: str, inp, out, cfg, calls: int) -> list[float]:
+    """Seconds per call of each span of `calls` back-to-back calls, the slowest rank's per span."""
+    if op == "all_reduce":
+        out.zero_()  # in place, repeated: zeros stay zeros (no growth, no overflow; SUM takes as long)
+    for _ in range(cfg["warmup"]):
+        launch(op, inp, out)
+    per_call = [harness.time_loop(env, lambda: launch(op, inp, out), calls) for _ in range(cfg["spans"])]
+    return harness.max_over_ranks(env, per_call)
+
+
+def measure(env, cfg, args):
     n = env.world_size
-    sync = torch.cuda.synchronize if env.device.type == "cuda" else (lambda: None)
     rows = []
-    for op in ops:
+    for op in args.ops:
         seen = set()
-        for size in sizes(cfg["min_bytes"], cfg["max_bytes"], cfg["factor"]):
+        for size in harness.geometric(cfg["min_bytes"], cfg["max_bytes"], cfg["factor"]):
             inp0, out, exp, count = buffers(op, size, n, env.rank, env.device)
             if count in seen:  # small sizes round up to N elements: measure each size once
                 continue
             seen.add(count)
-            iters = max(3, min(cfg["iters"], cfg["max_iter_bytes"] // max(size, 1)))
-            for _ in range(cfg["warmup"]):
-                run_op(op, inp0.clone(), out)
-            sync()
-            times, wrong = [], 0
-            for _ in range(iters):
-                inp = inp0.clone()
-                dist.barrier()
-                sync()
-                t0 = time.perf_counter()
-                res = run_op(op, inp, out)
-                sync()
-                times.append(time.perf_counter() - t0)
+            wrong = 0
+            for _ in range(cfg["checks"]):
+                res = run_op(op, inp0.clone(), out)
                 wrong += int((res != exp).sum().item())
-            # the collective lasts as long as its slowest rank: max over ranks, per iteration
-            t = torch.tensor(times, dtype=torch.float64)
-            w = torch.tensor([wrong], dtype=torch.int64)
-            if env.backend == "nccl":
-                t, w = t.to(env.device), w.to(env.device)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            dist.all_reduce(w, op=dist.ReduceOp.SUM)
-            t, w = t.cpu().tolist(), int(w.item())
+            [wrong] = harness.reduce_values(env, [wrong], "sum", torch.int64)
+            iters = max(cfg["spans"], min(cfg["iters"], cfg["max_iter_bytes"] // max(size, 1)))
+            calls = max(1, iters // cfg["spans"])
+            t = span_times(env, op, inp0.clone(), out, cfg, calls)
             med = statistics.median(t)
             s_bytes = count * ITEM
             algbw = s_bytes / med
-            rows.append({"op": op, "bytes": s_bytes, "count": count, "iters": iters,
+            rows.append({"op": op, "bytes": s_bytes, "count": count, "iters": calls * cfg["spans"],
+                         "spans": cfg["spans"], "calls_per_span": calls, "method": METHOD,
                          "time_us_median": med * 1e6, "time_us_min": min(t) * 1e6,
                          "time_us_p90": sorted(t)[int(0.9 * (len(t) - 1))] * 1e6,
                          "algbw_GBps": algbw / 1e9, "busbw_GBps": algbw * BUSBW_FACTOR[op](n) / 1e9,
-                         "wrong": w})
+                         "checked_calls": cfg["checks"], "wrong": int(wrong)})
             if env.is_main:
                 print(f"{op:>15} {s_bytes:>10} B  {med * 1e6:>10.1f} us  algbw {algbw / 1e9:7.3f} GB/s  "
-                      f"busbw {algbw * BUSBW_FACTOR[op](n) / 1e9:7.3f} GB/s  wrong {w}", flush=True)
+                      f"busbw {algbw * BUSBW_FACTOR[op](n) / 1e9:7.3f} GB/s  wrong {wrong}", flush=True)
     total_wrong = sum(r["wrong"] for r in rows)
-    params = {"preset": args.preset, **cfg, "ops": ops, "dtype": "float32",
-              "timing": "per iteration: barrier, then time the call; max over ranks; median over iterations"}
-    harness.write_results(env, PROGRAM, __file__, params, rows, args.out, save=not args.no_save)
-    harness.finish()
-    if total_wrong:
-        print(f"error: {total_wrong} wrong elements", file=sys.stderr)
-        return 1
-    return 0
+    params = {**cfg, "ops": args.ops, "dtype": "float32", "method": METHOD,
+              "timing": ("nccl-tests style: `checks` verified calls (untimed), warm-up, then `spans` spans of "
+                         "back-to-back calls, each one interval ("
+                         + ("CUDA events" if harness.on_cuda(env) else "time.perf_counter")
+                         + ", a barrier and a synchronize before each span, none between calls); per call = "
+                         "span / calls; max over ranks per span; median over spans")}
+    return params, rows, f"{total_wrong} wrong elements" if total_wrong else ""
+
+
+def main(argv=None) -> int:
+    return harness.main(PROGRAM, __doc__, PRESETS, measure, script=__file__, options=options, check=check,
+                        argv=argv, min_world_size=2)
 
 
 if __name__ == "__main__":

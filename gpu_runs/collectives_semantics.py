@@ -149,15 +149,12 @@ def run_all(rank: int, n: int, block: int, root: int, device) -> list[dict]:
 # --8<-- [end:run_all]
 
 
-def main(argv=None) -> int:
-    parser = harness.base_parser(__doc__.splitlines()[0], PRESETS)
-    args = parser.parse_args(argv)
-    env = harness.init(min_world_size=2)
-    cfg = PRESETS[args.preset]
+def measure(env, cfg, args):
     n, root = env.world_size, cfg["root"] % env.world_size
     recs = run_all(env.rank, n, cfg["block"], root, env.device)
     everyone = [None] * n if env.is_main else None
     dist.gather_object(recs, everyone, dst=0)
+    measurements = None
     if env.is_main:
         calls = []
         for i, first in enumerate(everyone[0]):
@@ -169,14 +166,10 @@ def main(argv=None) -> int:
             calls.append({"collective": first["collective"], "api": first["api"], "ranks": per_rank})
             print(f"{first['api']:>45}: rank outputs {[p['output'] for p in per_rank]}", flush=True)
         measurements = {"world_size": n, "block": cfg["block"], "root": root, "dtype": "int64", "calls": calls}
-    else:
-        measurements = None
-    params = {"preset": args.preset, **cfg, "dtype": "int64",
+    params = {**cfg, "dtype": "int64",
               "inputs": "full vector of rank r: 100·(r+1) + arange(N·block); block vector: 100·(r+1) + arange(block)"}
-    harness.write_results(env, PROGRAM, __file__, params, measurements, args.out, save=not args.no_save)
-    harness.finish()
-    return 0
+    return params, measurements
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(harness.main(PROGRAM, __doc__, PRESETS, measure, script=__file__, min_world_size=2))

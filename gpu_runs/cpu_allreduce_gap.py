@@ -25,7 +25,6 @@ os.environ["CUDA_VISIBLE_DEVICES"] = ""  # host-memory measurement: never pick a
 
 import statistics  # noqa: E402
 import sys  # noqa: E402
-import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
@@ -43,14 +42,6 @@ PRESETS = {
     "gpu": {"min_bytes": 1 << 14, "max_bytes": 256 << 20, "factor": 4, "warmup": 5, "iters": 50, "max_iter_bytes": 1 << 32},
 }
 DTYPE, ITEM = torch.float32, 4
-
-
-def sizes(lo: int, hi: int, factor: int) -> list[int]:
-    out = []
-    while lo <= hi:
-        out.append(lo)
-        lo *= factor
-    return out
 
 
 def shm_all_reduce():
@@ -79,33 +70,27 @@ def shm_all_reduce():
     return run, deepspeed.__version__
 
 
-def time_iters(fn, inp0, iters: int, warmup: int):
+def time_iters(env, fn, inp0, iters: int, warmup: int):
     """Per iteration: fresh input, barrier, time one call; returns (times, last result)."""
     for _ in range(warmup):
         fn(inp0.clone())
-    times, res = [], None
+    times, box = [], {}
     for _ in range(iters):
         x = inp0.clone()
-        dist.barrier()
-        t0 = time.perf_counter()
-        res = fn(x)
-        times.append(time.perf_counter() - t0)
-    return times, res
+        times.append(harness.time_call(env, lambda: box.update(res=fn(x))))
+    return times, box.get("res")
 
 
-def main(argv=None) -> int:
-    parser = harness.base_parser(__doc__.splitlines()[0], PRESETS)
-    args = parser.parse_args(argv)
-    env = harness.init(min_world_size=2)
-    cfg = PRESETS[args.preset]
+def measure(env, cfg, args):
     n = env.world_size
     shm, shm_info = shm_all_reduce()
     if shm is None and env.is_main:
         print(f"ds_shm skipped: {shm_info}", flush=True)
     rows, total_wrong = [], 0
-    for size in sizes(cfg["min_bytes"], cfg["max_bytes"], cfg["factor"]):
+    for size in harness.geometric(cfg["min_bytes"], cfg["max_bytes"], cfg["factor"]):
         count = size // ITEM
-        idx = torch.arange(count, dtype=DTYPE) % 97          # small integers: sums stay exact
+        # host tensors by design: this program hides the GPUs (a host-memory measurement), env.device is the CPU
+        idx = torch.arange(count, dtype=DTYPE, device=env.device) % 97          # small integers: sums stay exact
         inp0, exp = idx + env.rank, n * idx + n * (n - 1) / 2
         iters = max(3, min(cfg["iters"], cfg["max_iter_bytes"] // size))
         dst = torch.empty_like(inp0)
@@ -116,13 +101,11 @@ def main(argv=None) -> int:
         for method in METHODS:
             if method not in fns:
                 continue
-            times, res = time_iters(fns[method], inp0, iters, cfg["warmup"])
+            times, res = time_iters(env, fns[method], inp0, iters, cfg["warmup"])
             wrong = int((res != (inp0 if method == "memcpy" else exp)).sum().item())
-            t = torch.tensor(times, dtype=torch.float64)
-            w = torch.tensor([wrong], dtype=torch.int64)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)   # a collective lasts as long as its slowest rank
-            dist.all_reduce(w, op=dist.ReduceOp.SUM)
-            t, w = t.tolist(), int(w.item())
+            t = harness.max_over_ranks(env, times)   # a collective lasts as long as its slowest rank
+            [w] = harness.reduce_values(env, [wrong], "sum", torch.int64)
+            w = int(w)
             total_wrong += w
             med = statistics.median(t)
             row = {"method": method, "bytes": size, "iters": iters, "time_us_median": med * 1e6,
@@ -135,21 +118,17 @@ def main(argv=None) -> int:
             if env.is_main:
                 print(f"{method:>7} {size:>10} B  {med * 1e6:>10.1f} us  algbw {row['algbw_GBps']:7.3f} GB/s  "
                       f"busbw {row['busbw_GBps']:7.3f} GB/s  wrong {w}", flush=True)
-    params = {"preset": args.preset, **cfg, "dtype": "float32", "methods": [m for m in METHODS],
+    params = {**cfg, "dtype": "float32", "methods": [m for m in METHODS],
               "ds_shm": "ran" if shm is not None else f"skipped: {shm_info}",
               "threads": torch.get_num_threads(),
               "timing": "per iteration: barrier, then time the call; max over ranks; median over iterations"}
-    harness.write_results(env, PROGRAM, __file__, params, rows, args.out, save=not args.no_save)
-    harness.finish()
     if shm is not None:  # DeepSpeed never unlinks its segments (2 MiB + 64 MiB per rank): remove ours
+        dist.barrier()   # every rank is done with every segment
         seg = Path("/dev/shm") / (f"deepspeed_allreduce_buffer_{os.getuid()}_{os.environ.get('MASTER_ADDR', '')}_"
                                   f"{os.environ.get('MASTER_PORT', '')}_{env.rank}")
         seg.unlink(missing_ok=True)
-    if total_wrong:
-        print(f"error: {total_wrong} wrong elements", file=sys.stderr)
-        return 1
-    return 0
+    return params, rows, f"{total_wrong} wrong elements" if total_wrong else ""
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(harness.main(PROGRAM, __doc__, PRESETS, measure, script=__file__, min_world_size=2))

@@ -24,7 +24,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -123,19 +122,20 @@ def time_saves(cfg, mesh, dev, root: Path):
     opt.step()
     state = {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, opt)}
     out = {"sync_s": [], "blocked_s": [], "total_s": []}
+    # the caller's view: how long the host is blocked, on the host clock (saving is host work: the
+    # device-to-host copies of a GPU state are waited for inside dcp.save / async_save's staging)
+    host = harness.Clock("cpu")
     for i in range(cfg["async_reps"]):
-        dist.barrier()
-        t0 = time.perf_counter()
+        host.start(barrier=True)
         dcp.save(state, checkpoint_id=root / f"sync{i}")
         dist.barrier()
-        out["sync_s"].append(time.perf_counter() - t0)
+        out["sync_s"].append(host.since_start(host.mark()))
         # --8<-- [start:async]
-        dist.barrier()
-        t0 = time.perf_counter()
+        host.start(barrier=True)
         fut = dcp.async_save(state, checkpoint_id=root / f"async{i}")
-        blocked = time.perf_counter() - t0             # training could resume here
+        blocked = host.since_start(host.mark())        # training could resume here
         fut.result()                                   # the files are complete here
-        total = time.perf_counter() - t0
+        total = host.since_start(host.mark())
         # --8<-- [end:async]
         dist.barrier()
         out["blocked_s"].append(blocked)
@@ -180,7 +180,7 @@ class Run:
     def state(self, parts=PARTS) -> dict:
         s = {"model": get_model_state_dict(self.model), "optim": get_optimizer_state_dict(self.model, self.opt),
              "sched": self.sched.state_dict(), "data": {"pos": self.pos},
-             "rng": {f"rank{self.rank}": torch.get_rng_state()}}   # per-rank key: each rank keeps its own
+             "rng": {f"rank{self.rank}": self.rng()}}             # per-rank key: each rank keeps its own
         return {k: v for k, v in s.items() if k in parts}
 
     def load(self, path, parts=PARTS) -> None:
@@ -195,7 +195,16 @@ class Run:
         if "data" in s:
             self.pos = s["data"]["pos"]
         if "rng" in s:
-            torch.set_rng_state(s["rng"][f"rank{self.rank}"])
+            rng = s["rng"][f"rank{self.rank}"]
+            torch.set_rng_state(rng["cpu"])
+            if "cuda" in rng:                              # dropout on a GPU draws from the CUDA generator
+                torch.cuda.set_rng_state(rng["cuda"], self.dev)
+
+    def rng(self) -> dict:
+        out = {"cpu": torch.get_rng_state()}
+        if torch.device(self.dev).type == "cuda":
+            out["cuda"] = torch.cuda.get_rng_state(self.dev)
+        return out
 # --8<-- [end:resume]
 
 
@@ -216,16 +225,7 @@ def exact_resume(cfg, mesh, dev, root: Path) -> dict:
     return out
 
 
-def main(argv=None) -> int:
-    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--single-load":   # the 1-process loader
-        path, L, h, dst = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-        torch.save(load_single(path, L, h), dst)
-        return 0
-    parser = harness.base_parser(__doc__.splitlines()[0], PRESETS)
-    parser.add_argument("--no-timing", action="store_true", help="skip the save/async_save timing")
-    args = parser.parse_args(argv)
-    cfg = PRESETS[args.preset]
-    env = harness.init(allowed_world_sizes={2})
+def measure(env, cfg, args):
     torch.set_num_threads(1) if env.device.type == "cpu" else None
     mesh = init_device_mesh(env.device.type, (env.world_size,))
     tmp = [tempfile.mkdtemp(prefix="dcp_bench_") if env.is_main else None]
@@ -258,13 +258,24 @@ def main(argv=None) -> int:
         print(json.dumps({k: v for k, v in measurements.items() if k != "resume"}, indent=1)[:3000], flush=True)
         for k, v in resume["resumed"].items():
             print(f"{k:>16}: bitwise {v == resume['uninterrupted']}  {v}", flush=True)
-    params = {"preset": args.preset, **cfg, "dtype": "float32", "optimizer": "Adam", "parts": list(PARTS),
-              "timing_method": "perf_counter around dcp.save / dcp.async_save (+ future.result()), barriers, median"}
-    harness.write_results(env, PROGRAM, __file__, params, measurements, args.out, save=not args.no_save)
-    harness.finish()
+    params = {**cfg, "dtype": "float32", "optimizer": "Adam", "parts": list(PARTS),
+              "timing_method": "host perf_counter around dcp.save / dcp.async_save (+ future.result()), barriers, median"}
     ok = (not env.is_main or all(single_equal.values())) and all(tp_equal.values()) \
         and resume["resumed"]["all"] == resume["uninterrupted"]
-    return 0 if ok else 1
+    return params, measurements, ok
+
+
+def main(argv=None) -> int:
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--single-load":   # the 1-process loader
+        path, L, h, dst = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+        torch.save(load_single(path, L, h), dst)
+        return 0
+    return harness.main(PROGRAM, __doc__, PRESETS, measure, script=__file__, options=options, argv=argv,
+                        allowed_world_sizes={2})
+
+
+def options(parser) -> None:
+    parser.add_argument("--no-timing", action="store_true", help="skip the save/async_save timing")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ from __future__ import annotations
 import copy
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -155,10 +154,7 @@ def reference_grads(init: nn.Module, x, y):
     return grads(ref)
 
 
-def gather_obj(obj):
-    out = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
-    return out
+gather_obj = harness.gather
 
 
 def count_runs(p, env):
@@ -259,16 +255,7 @@ def median_allreduce(sizes, reps, env):
         t = torch.ones(s // 4, device=env.device)
         for _ in range(3):
             dist.all_reduce(t)
-        times = []
-        for _ in range(reps):
-            dist.barrier()
-            if env.device.type == "cuda":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            dist.all_reduce(t)
-            if env.device.type == "cuda":
-                torch.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
+        times = [harness.time_call(env, lambda: dist.all_reduce(t)) for _ in range(reps)]
         worst = gather_obj(statistics.median(times))
         out.append({"bytes": s, "median_s": max(worst)})
     return out
@@ -288,37 +275,31 @@ def timing_runs(p, env):
             times = []
             for it in range(tp["warmup"] + tp["iters"]):
                 x, y = global_batch(q, env.world_size, it, env.device)
-                dist.barrier()
-                if env.device.type == "cuda":
-                    torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                opt.zero_grad(set_to_none=True)
-                accumulate(ddp, x, y, q, env, mode == "no_sync", True, None)
-                opt.step()
-                if env.device.type == "cuda":
-                    torch.cuda.synchronize()
+
+                def step(x=x, y=y, q=q, ddp=ddp, opt=opt, mode=mode):
+                    opt.zero_grad(set_to_none=True)
+                    accumulate(ddp, x, y, q, env, mode == "no_sync", True, None)
+                    opt.step()
+
+                t = harness.time_call(env, step)
                 if it >= tp["warmup"]:
-                    times.append(time.perf_counter() - t0)
+                    times.append(t)
             med = max(gather_obj(statistics.median(times)))
             rows.append({"M": M, "mode": mode, "median_step_s": med})
     return {"steps": rows, "allreduce": median_allreduce(tp["sizes"], tp["reps"], env),
             "iters": tp["iters"], "reps": tp["reps"]}
 
 
-def main(argv=None):
-    parser = harness.base_parser(__doc__.splitlines()[0], PRESETS)
-    parser.add_argument("--no-timing", action="store_true", help="counts and gradients only")
-    args = parser.parse_args(argv)
-    env = harness.init(min_world_size=2)
-    p = PRESETS[args.preset]
+def measure(env, p, args):
     torch.set_num_threads(1)
     meas = count_runs(p, env)
     meas["timing"] = None if args.no_timing else timing_runs(p, env)
-    params = {"preset": args.preset, **{k: v for k, v in p.items() if k != "timing"},
-              "timing": None if args.no_timing else p["timing"], "lr": LR}
-    harness.write_results(env, PROGRAM, __file__, params, meas, args.out, not args.no_save)
-    harness.finish()
+    params = {**{k: v for k, v in p.items() if k != "timing"},
+              "timing": None if args.no_timing else p["timing"], "lr": LR,
+              "timing_method": "per step: " + harness.timing_note(env, "the step") + "; median; max over ranks"}
+    return params, meas
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(harness.main(PROGRAM, __doc__, PRESETS, measure, script=__file__, min_world_size=2,
+                          timing_flag=True))

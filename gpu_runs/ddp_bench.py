@@ -13,8 +13,11 @@ records:
   * buckets (Ch2-03): a comm hook records, for iterations 0..3, each bucket's index, bytes and parameter
     names, for a sweep of bucket_cap_mb, with static_graph and find_unused_parameters;
   * overlap (Ch2-03): per-parameter gradient-ready times (register_post_accumulate_grad_hook) against
-    each bucket's all-reduce launch (hook call) and completion (future callback), one step;
-  * a torch.profiler summary of a few steps;
+    each bucket's all-reduce launch (hook call) and completion (future callback), one step. Every time
+    is a harness.Clock mark: on a GPU a CUDA event recorded in the hook on the current stream (in the
+    completion callback: the stream that waits for the all-reduce), read after the step, so nothing
+    synchronises inside backward; on CPU time.perf_counter;
+  * a torch.profiler summary of a few steps (CPU time, and on a GPU device time);
   * timing (Ch2-03, only with --timing on as many processes as cores): median step time over a sweep
     of bucket_cap_mb, the local compute times and per-parameter ready times without communication,
     and all_reduce times at several sizes (for the α-β fit). On CPU + gloo these are CPU results.
@@ -29,7 +32,6 @@ from __future__ import annotations
 import hashlib
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -106,10 +108,7 @@ def digest(module: nn.Module) -> str:
     return h.hexdigest()[:16]
 
 
-def gather(obj):
-    out = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
-    return out
+gather = harness.gather
 
 
 # ---------------------------------------------------------------- Ch2-01: equivalence
@@ -251,48 +250,50 @@ def bucket_layouts(cfg: dict, env: harness.Env, label: str, cap, **ddp_kw) -> di
 
 
 def overlap(cfg: dict, env: harness.Env, cap, steps: int = 4) -> dict:
-    """One step after the rebuild: gradient-ready times vs bucket launch and completion (seconds from backward start)."""
+    """One step after the rebuild: gradient-ready times vs bucket launch and completion (seconds from backward start).
+
+    The hooks only take marks (harness.Clock: a CUDA event on the current stream, or perf_counter on CPU);
+    the marks are read after backward, so the instrumentation does not serialise backward with NCCL."""
     torch.manual_seed(0)
     net = BucketNet(cfg["d"], cfg["layers"]).to(env.device)
     model = DDP(net, bucket_cap_mb=cap)
     names = names_by_ptr(net)
-    clock = {"t0": 0.0}
-    ready: dict[str, float] = {}
+    clock = harness.Clock(env)
+    ready: dict = {}
     launches: list[dict] = []
 
-    def now():
-        if env.device.type == "cuda":
-            torch.cuda.synchronize()
-        return time.perf_counter() - clock["t0"]
-
     for k, p in net.named_parameters():
-        p.register_post_accumulate_grad_hook(lambda p, k=k: ready.update({k: now()}) and None)
+        p.register_post_accumulate_grad_hook(lambda p, k=k: ready.update({k: clock.mark()}) and None)
 
     def hook(state, bucket):
         rec = {"index": bucket.index(), "bytes": bucket.buffer().numel() * bucket.buffer().element_size(),
-               "params": [names[p.data_ptr()] for p in bucket.parameters()], "launch": now()}
+               "params": [names[p.data_ptr()] for p in bucket.parameters()], "launch": clock.mark()}
         launches.append(rec)
         fut = allreduce_hook(state, bucket)
 
         def done(f):
-            rec["done"] = time.perf_counter() - clock["t0"]
+            # on CUDA this callback runs on a stream that waits for the all-reduce (torch.futures then):
+            # an event recorded here completes when the all-reduce has; on gloo the work has completed
+            rec["done"] = clock.mark()
             return f.value()
 
         return fut.then(done)
 
     model.register_comm_hook(None, hook)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     for it in range(steps):
         ready.clear()
         launches.clear()
         x, y = bucket_data(cfg, env, it)
-        opt.zero_grad()
+        model.zero_grad()
         loss = F.mse_loss(model(x), y)
-        dist.barrier()
-        clock["t0"] = time.perf_counter()
+        clock.start(barrier=True)
         loss.backward()
-        t_end = now()
-    return {"bucket_cap_mb": cap, "param_ready": ready, "buckets": launches, "backward_end": t_end}
+        end = clock.mark()
+    clock.resolve()  # after the step: now every mark can be read
+    at = clock.since_start
+    buckets = [{**b, "launch": at(b["launch"]), "done": at(b["done"])} for b in launches]
+    return {"bucket_cap_mb": cap, "param_ready": {k: at(m) for k, m in ready.items()}, "buckets": buckets,
+            "backward_end": at(end), "clock": "CUDA events" if clock.cuda else "time.perf_counter"}
 
 
 def profile_summary(cfg: dict, env: harness.Env, cap, steps: int) -> dict:
@@ -315,7 +316,9 @@ def profile_summary(cfg: dict, env: harness.Env, cap, steps: int) -> dict:
             opt.zero_grad()
     rows = []
     for e in prof.key_averages():
-        rows.append({"name": e.key, "count": int(e.count), "cpu_total_us": float(e.cpu_time_total)})
+        rows.append({"name": e.key, "count": int(e.count), "cpu_total_us": float(e.cpu_time_total),
+                     # the kernels' time on the GPU (NCCL's included); 0 on CPU
+                     "device_total_us": float(getattr(e, "device_time_total", 0.0))})
     keep = [r for r in rows if any(s in r["name"].lower() for s in ("all_reduce", "allreduce", "gloo", "nccl"))]
     top = sorted(rows, key=lambda r: -r["cpu_total_us"])[:12]
     return {"bucket_cap_mb": cap, "steps": steps, "comm_events": keep, "top": top}
@@ -324,78 +327,61 @@ def profile_summary(cfg: dict, env: harness.Env, cap, steps: int) -> dict:
 # ---------------------------------------------------------------- Ch2-03: timing
 
 def med_max(times: list[float], env: harness.Env) -> float:
-    t = torch.tensor(times, dtype=torch.float64, device=env.device if env.backend == "nccl" else "cpu")
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return statistics.median(t.cpu().tolist())
+    return statistics.median(harness.max_over_ranks(env, times))
 
 
 def ready_med_max(ready: dict[str, list[float]], env: harness.Env) -> dict[str, float]:
     """Per-parameter ready time: the slowest rank's at each step, then the median over steps — the same
     statistic as `med_max` gives backward_s, so the two can be compared (a tail is max over ranks)."""
     keys = list(ready)
-    t = torch.tensor([ready[k] for k in keys], dtype=torch.float64,
-                     device=env.device if env.backend == "nccl" else "cpu")
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return {k: statistics.median(row) for k, row in zip(keys, t.cpu().tolist())}
-
-
-def sync(env):
-    if env.device.type == "cuda":
-        torch.cuda.synchronize()
+    flat = harness.max_over_ranks(env, [v for k in keys for v in ready[k]])
+    n = len(ready[keys[0]]) if keys else 0
+    return {k: statistics.median(flat[i * n:(i + 1) * n]) for i, k in enumerate(keys)}
 
 
 def time_steps(cfg: dict, env: harness.Env, model, opt) -> float:
-    times = []
-    for it in range(cfg["warmup"] + cfg["iters"]):
+    def step(it):
         x, y = bucket_data(cfg, env, it)
-        dist.barrier()
-        sync(env)
-        t0 = time.perf_counter()
-        F.mse_loss(model(x), y).backward()
-        opt.step()
-        opt.zero_grad()
-        sync(env)
-        if it >= cfg["warmup"]:
-            times.append(time.perf_counter() - t0)
-    return med_max(times, env)
+        return lambda: (F.mse_loss(model(x), y).backward(), opt.step(), opt.zero_grad())
+
+    times = [harness.time_call(env, step(it)) for it in range(cfg["warmup"] + cfg["iters"])]
+    return med_max(times[cfg["warmup"]:], env)
 
 
 def local_profile(cfg: dict, env: harness.Env) -> dict:
-    """No DDP: forward, backward, optimizer times and per-parameter ready times (medians over steps)."""
+    """No DDP: forward, backward, optimizer times and per-parameter ready times (medians over steps).
+
+    One fence before the forward; the phase boundaries and the ready hooks only take marks, read after
+    the step (on a GPU the phases are not separated by synchronizes that would idle the device)."""
     torch.manual_seed(0)
     net = BucketNet(cfg["d"], cfg["layers"]).to(env.device)
     opt = torch.optim.SGD(net.parameters(), lr=1e-3)
-    clock = {"t0": 0.0}
+    clock = harness.Clock(env)
+    marks: dict = {}
     ready: dict[str, list[float]] = {k: [] for k, _ in net.named_parameters()}
-    def mark(k):
-        sync(env)
-        ready[k].append(time.perf_counter() - clock["t0"])
 
     for k, p in net.named_parameters():
-        p.register_post_accumulate_grad_hook(lambda p, k=k: mark(k))
+        p.register_post_accumulate_grad_hook(lambda p, k=k: marks.update({k: clock.mark()}) and None)
     fwd, bwd, step = [], [], []
     for it in range(cfg["warmup"] + cfg["iters"]):
         x, y = bucket_data(cfg, env, it)
-        dist.barrier()
-        sync(env)
-        t0 = time.perf_counter()
+        marks.clear()
+        clock.start(barrier=True)
+        t0 = clock.mark()
         loss = F.mse_loss(net(x), y)
-        sync(env)
-        t1 = clock["t0"] = time.perf_counter()
+        t1 = clock.mark()
         loss.backward()
-        sync(env)
-        t2 = time.perf_counter()
+        t2 = clock.mark()
         opt.step()
         opt.zero_grad()
-        sync(env)
-        t3 = time.perf_counter()
+        t3 = clock.mark()
+        clock.resolve()
         if it >= cfg["warmup"]:
-            fwd.append(t1 - t0)
-            bwd.append(t2 - t1)
-            step.append(t3 - t2)
-        else:
-            for v in ready.values():
-                v.clear()
+            fwd.append(clock.seconds(t0, t1))
+            bwd.append(clock.seconds(t1, t2))
+            step.append(clock.seconds(t2, t3))
+            for k, m in marks.items():  # from backward start, as before: the window DDP overlaps into
+                ready[k].append(clock.seconds(t1, m))
     return {"forward_s": med_max(fwd, env), "backward_s": med_max(bwd, env), "optimizer_s": med_max(step, env),
             "param_ready_s": ready_med_max(ready, env),
             "param_bytes": {k: p.numel() * p.element_size() for k, p in net.named_parameters()}}
@@ -405,16 +391,8 @@ def allreduce_times(cfg: dict, env: harness.Env) -> list[dict]:
     rows = []
     for s in cfg["sizes"]:
         t = torch.ones(s // 4, device=env.device)
-        times = []
-        for it in range(3 + cfg["ar_iters"]):
-            dist.barrier()
-            sync(env)
-            t0 = time.perf_counter()
-            dist.all_reduce(t)
-            sync(env)
-            if it >= 3:
-                times.append(time.perf_counter() - t0)
-        rows.append({"bytes": s, "median_s": med_max(times, env)})
+        times = [harness.time_call(env, lambda: dist.all_reduce(t)) for _ in range(3 + cfg["ar_iters"])]
+        rows.append({"bytes": s, "median_s": med_max(times[3:], env)})
     return rows
 
 
@@ -436,13 +414,7 @@ def timing(cfg: dict, env: harness.Env) -> dict:
 
 # ---------------------------------------------------------------- main
 
-def main(argv=None) -> int:
-    parser = harness.base_parser(__doc__.splitlines()[0], PRESETS)
-    parser.add_argument("--no-timing", action="store_true",
-                        help="skip the timed parts (counts and layouts only; use when processes > cores)")
-    args = parser.parse_args(argv)
-    cfg = PRESETS[args.preset]
-    env = harness.init(min_world_size=2)
+def measure(env, cfg, args):
     run_timing = not args.no_timing
     eq = equivalence(cfg["eq"], env)
     cons = construction(cfg["eq"], env)
@@ -474,17 +446,16 @@ def main(argv=None) -> int:
         if run_timing:
             for s in measurements["timing"]["sweep"]:
                 print(f"cap {s['bucket_cap_mb']}: {s['step_median_s'] * 1e3:.2f} ms", flush=True)
-    pset = {"preset": args.preset, **cfg, "lr": LR, "timing": run_timing, "bucket_iters": BUCKET_ITERS,
+    clock = "CUDA events" if harness.on_cuda(env) else "time.perf_counter"
+    pset = {**cfg, "lr": LR, "timing": run_timing, "bucket_iters": BUCKET_ITERS,
             "model": "BucketNet: head (registered first, used last), embed, `layers` × Linear(d, d) + ReLU",
-            "timing_method": "per step: barrier, forward+backward+SGD step; max over ranks; median over steps"}
-    harness.write_results(env, PROGRAM, __file__, pset, measurements, args.out, save=not args.no_save)
-    harness.finish()
+            "timing_method": "per step: " + harness.timing_note(env, "forward+backward+SGD step")
+                             + "; max over ranks; median over steps",
+            "overlap_method": f"marks ({clock}) taken in the hooks without synchronizing, read after the step"}
     bad = [r["step"] for r in eq["rows"] if not r["ranks_bitwise_equal"]]
-    if bad:
-        print(f"error: DDP ranks diverged at steps {bad}", file=sys.stderr)
-        return 1
-    return 0
+    return pset, measurements, f"DDP ranks diverged at steps {bad}" if bad else ""
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(harness.main(PROGRAM, __doc__, PRESETS, measure, script=__file__, min_world_size=2,
+                          timing_flag=True))

@@ -19,7 +19,6 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -47,11 +46,7 @@ def layers(n, d):
     return [Layer(d) for _ in range(n)]
 
 
-def main(argv=None):
-    ap = harness.base_parser(__doc__.splitlines()[0], PRESETS)
-    args = ap.parse_args(argv)
-    cfg = PRESETS[args.preset]
-    env = harness.init(allowed_world_sizes={2})
+def measure(env, cfg, args):
     import deepspeed
     from deepspeed.pipe import PipelineModule
     from deepspeed.runtime.pipe import schedule as ds_schedule
@@ -89,16 +84,13 @@ def main(argv=None):
 
     local = {"stage_id": engine.stage_id, "planned": planned, "executed": executed,
              "num_pipe_buffers": plan.num_pipe_buffers(), "loss": float(loss), "n_layers": len(model.forward_funcs)}
-    per_rank = [None] * env.world_size
-    dist.all_gather_object(per_rank, local)
+    per_rank = harness.gather(local)
     measurements = {"ranks": per_rank, "ref_loss": ref_loss, "m": m}
     if env.is_main:
         print(f"loss {per_rank[0]['loss']:.8f} ref {ref_loss:.8f}; buffers {[r['num_pipe_buffers'] for r in per_rank]}",
               flush=True)
-    harness.write_results(env, PROGRAM, __file__, {"preset": args.preset, **cfg, "p": env.world_size},
-                          measurements, args.out, not args.no_save)
-    harness.finish()
+    return {**cfg, "p": env.world_size}, measurements
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(harness.main(PROGRAM, __doc__, PRESETS, measure, script=__file__, allowed_world_sizes={2}))

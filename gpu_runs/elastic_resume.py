@@ -16,6 +16,11 @@ trains the same run uninterrupted from scratch and compares the two loss traject
 TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 is set for the workers: with the default (the rendezvous TCPStore shared
 with init_process_group, torch >= 2.5), restarted workers can read keys of the previous attempt
 (pytorch/pytorch#135712); --share-store keeps the default, to observe it.
+
+The driver and the workers share one parser (harness.base_parser + this program's options); the workers
+run through harness.main (init, results file, teardown). What does not fit the skeleton stays here: the
+driver launches torchrun itself with a restart policy, and only attempt 1 has a result (attempt 0 is killed
+by design; if it finishes, that is a failure without a results file: harness.RunFailed).
 """
 from __future__ import annotations
 
@@ -26,10 +31,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from gpu_runs import harness  # noqa: E402
 PROGRAM = "elastic_resume"
 PRESETS = {
     # steps in all, checkpoint every `every` steps, rank `kill_rank` dies before step `kill_step` in attempt 0
@@ -42,7 +48,8 @@ PRESETS = {
 # --------------------------------------------------------------------------- the driver (plain Python)
 
 # --8<-- [start:driver]
-def launch(preset: str, out: Path | None, share_store: bool, timeout: float, nproc: int = 2) -> int:
+def launch(preset: str, out: Path | None, share_store: bool, timeout: float, nproc: int = 2,
+           save: bool = True) -> int:
     """torchrun with one restart allowed, in its own session; on timeout or error every process is killed."""
     ckpt = Path(tempfile.mkdtemp(prefix="elastic_"))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
@@ -50,7 +57,8 @@ def launch(preset: str, out: Path | None, share_store: bool, timeout: float, npr
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     torchrun = Path(sys.executable).with_name("torchrun")
     cmd = [str(torchrun), "--standalone", f"--nproc_per_node={nproc}", "--max-restarts=1", "--monitor-interval=0.5",
-           __file__, "--worker", "--ckpt", str(ckpt), "--preset", preset, *(["--out", str(out)] if out else [])]
+           __file__, "--worker", "--ckpt", str(ckpt), "--preset", preset, *(["--out", str(out)] if out else []),
+           *([] if save else ["--no-save"])]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True)   # its own process group
     try:
         return proc.wait(timeout=timeout)
@@ -69,18 +77,14 @@ def launch(preset: str, out: Path | None, share_store: bool, timeout: float, npr
 
 # --------------------------------------------------------------------------- the workers (under torchrun)
 
-def worker(args) -> int:
+def worker(env, cfg, args):
     import torch
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
     from torch.distributed.device_mesh import init_device_mesh
 
-    sys.path.insert(0, str(ROOT))
-    from gpu_runs import harness
     from gpu_runs.dcp_bench import Run
 
-    cfg = PRESETS[args.preset]
-    env = harness.init(allowed_world_sizes={2})
     torch.set_num_threads(1) if env.device.type == "cpu" else None
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     mesh = init_device_mesh(env.device.type, (env.world_size,))
@@ -109,12 +113,11 @@ def worker(args) -> int:
                 os.replace(tmp, latest)
     # --8<-- [end:loop]
     if attempt == 0:
-        print("error: attempt 0 finished: the kill did not happen", file=sys.stderr)
-        harness.finish()
-        return 1
+        raise harness.RunFailed("attempt 0 finished: the kill did not happen")
     ref = Run(cfg, mesh, env.device)                       # the same run, never interrupted
     uninterrupted = [ref.step() for _ in range(cfg["steps"])]
     dist.barrier()
+    measurements, ok = None, True
     if env.is_main:
         first = json.loads((ckpt / "attempt0.json").read_text())
         resumed = [loss for s, loss in first["log"] if s < resumed_from] + [loss for _, loss in log]
@@ -124,34 +127,35 @@ def worker(args) -> int:
                         "lost_steps": [s for s, _ in first["log"] if s >= resumed_from],
                         "share_store_disabled": os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE") == "1"}
         print(json.dumps({k: v for k, v in measurements.items() if k not in ("attempt0", "attempt1")}), flush=True)
-        params = {"preset": args.preset, **cfg, "nproc": env.world_size, "max_restarts": 1,
-                  "launcher": "torchrun --standalone --max-restarts=1 (started by the program's driver)"}
-        harness.write_results(env, PROGRAM, __file__, params, measurements, args.out)
         ok = measurements["bitwise_equal"]
-    else:
-        ok = True
-    harness.finish()
-    return 0 if ok else 1
+    params = {**cfg, "nproc": env.world_size, "max_restarts": 1,
+              "launcher": "torchrun --standalone --max-restarts=1 (started by the program's driver)"}
+    return params, measurements, ok
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--preset", choices=sorted(PRESETS), default="full")
-    p.add_argument("--out", type=Path, default=None)
+def options(p) -> None:
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--ckpt", default=None, help=argparse.SUPPRESS)
     p.add_argument("--share-store", action="store_true",
                    help="keep torch's default shared rendezvous TCPStore (restarts may hang or fail)")
     p.add_argument("--timeout", type=float, default=300)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--worker" in argv:   # under torchrun
+        return harness.main(PROGRAM, __doc__, PRESETS, worker, script=__file__, options=options, argv=argv,
+                            allowed_world_sizes={2})
+    p = harness.base_parser(__doc__.splitlines()[0], PRESETS)
+    options(p)
     args = p.parse_args(argv)
-    if args.worker:
-        return worker(args)
     if "RANK" in os.environ:
         print("error: run `python gpu_runs/elastic_resume.py`; it starts torchrun itself", file=sys.stderr)
         return 2
-    t0 = time.perf_counter()
-    rc = launch(args.preset, args.out, args.share_store, args.timeout)
-    print(f"torchrun exited {rc} after {time.perf_counter() - t0:.1f} s", flush=True)
+    clock = harness.Clock("cpu")   # the driver's wall time, on the host
+    clock.start()
+    rc = launch(args.preset, args.out, args.share_store, args.timeout, save=not args.no_save)
+    print(f"torchrun exited {rc} after {clock.since_start(clock.mark()):.1f} s", flush=True)
     return rc
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -110,10 +109,10 @@ def build(cfg: dict, reshard: bool | None, param_dtype: str | None, prefetch: in
     return model
 
 
-def batch(cfg: dict, rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(1000 * step + rank)
+def batch(cfg: dict, rank: int, step: int, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1000 * step + rank)   # drawn on the CPU: the same numbers everywhere
     x = torch.randn(cfg["batch"], cfg["d"], generator=g)
-    return x, torch.randn(cfg["batch"], cfg["d"], generator=g)
+    return x.to(device), torch.randn(cfg["batch"], cfg["d"], generator=g).to(device)
 
 
 def loss_fn(out, y):
@@ -157,7 +156,7 @@ def one_config(cfg: dict, env: harness.Env, name: str, reshard: bool | None, par
     n = env.world_size
     model = build(cfg, reshard, param_dtype)
     opt = torch.optim.Adam(model.parameters(), lr=LR)
-    x, y = batch(cfg, env.rank, 0)
+    x, y = batch(cfg, env.rank, 0, env.device)
     with CommCounter() as c_fwd:
         out = model(x)
     held = held_unsharded_bytes(model)
@@ -175,7 +174,7 @@ def one_config(cfg: dict, env: harness.Env, name: str, reshard: bool | None, par
     # correctness after one step: full parameters (gathered outside the counters) vs reference
     ref = reference_step(cfg, n, 1)
     full = {k: v.full_tensor().float() for k, v in model.named_parameters()}
-    diff = max(float((full[k].detach() - ref[k]).abs().max()) for k in ref)
+    diff = max(float((full[k].detach().cpu() - ref[k]).abs().max()) for k in ref)
     rec = {
         "name": name, "reshard_after_forward": reshard, "param_dtype": param_dtype or "float32",
         "comm": {"forward": c_fwd.summary(), "backward": c_bwd.summary(), "optimizer": c_opt.summary()},
@@ -187,23 +186,16 @@ def one_config(cfg: dict, env: harness.Env, name: str, reshard: bool | None, par
         "optimizer_state_local_bytes": state_local_bytes,
         "max_abs_diff_vs_reference": diff,
     }
-    if timing:
+    if timing:  # per step: barrier, synchronize, then the step between CUDA events (perf_counter on CPU)
         times = []
         for it in range(cfg["warmup"] + cfg["iters"]):
-            xb, yb = batch(cfg, env.rank, it + 1)
-            dist.barrier()
-            t0 = time.perf_counter()
-            loss_fn(model(xb), yb).backward()
-            opt.step()
-            opt.zero_grad()
-            if env.device.type == "cuda":
-                torch.cuda.synchronize()
+            xb, yb = batch(cfg, env.rank, it + 1, env.device)
+            t = harness.time_call(env, lambda: (loss_fn(model(xb), yb).backward(), opt.step(), opt.zero_grad()))
             if it >= cfg["warmup"]:
-                times.append(time.perf_counter() - t0)
-        t = torch.tensor(times, dtype=torch.float64, device=env.device if env.backend == "nccl" else "cpu")
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        rec["step_ms_median"] = statistics.median(t.cpu().tolist()) * 1e3
-        rec["step_ms_min"] = min(t.cpu().tolist()) * 1e3
+                times.append(t)
+        t = harness.max_over_ranks(env, times)
+        rec["step_ms_median"] = statistics.median(t) * 1e3
+        rec["step_ms_min"] = min(t) * 1e3
         rec["timed_iters"] = len(times)
     return rec
 
@@ -229,7 +221,7 @@ def prefetch_order(cfg: dict, env: harness.Env, name: str, depth: int) -> dict:
                 setattr(dist, op, wrapper)
             return self
 
-    x, y = batch(cfg, env.rank, 0)
+    x, y = batch(cfg, env.rank, 0, env.device)
     with Logged():
         out = model(x)
     fwd = list(log)
@@ -239,24 +231,20 @@ def prefetch_order(cfg: dict, env: harness.Env, name: str, depth: int) -> dict:
     return {"name": name, "depth": depth, "forward": fwd, "backward": list(log)}
 
 
-def main(argv=None) -> int:
-    parser = harness.base_parser(__doc__.splitlines()[0], PRESETS)
-    parser.add_argument("--no-timing", action="store_true",
-                        help="skip the timed steps (counts only; use when processes > cores)")
-    args = parser.parse_args(argv)
-    cfg = PRESETS[args.preset]
-    large = hsdp = None
+def fake_worlds(args, cfg) -> None:
+    """Before joining the real group: rank 0 alone plays rank 0 and rank N−1 of fake worlds."""
+    args.large = args.hsdp = None
     if os.environ.get("RANK") == "0" and "WORLD_SIZE" in os.environ:
-        # before joining the real group: rank 0 alone plays rank 0 and rank N−1 of fake worlds
-        large = large_model_rows(cfg["large"]["ns"], cfg["large"]["cfg"])
-        hsdp = hsdp_rows(cfg["large"]["hsdp"]["n"], cfg["large"]["hsdp"]["shards"], cfg["large"]["cfg"])
-    env = harness.init(min_world_size=2)
+        args.large = large_model_rows(cfg["large"]["ns"], cfg["large"]["cfg"])
+        args.hsdp = hsdp_rows(cfg["large"]["hsdp"]["n"], cfg["large"]["hsdp"]["shards"], cfg["large"]["cfg"])
+
+
+def measure(env, cfg, args):
     n = env.world_size
     timing = not args.no_timing
     probe = build(cfg, True, None)
     shards = shard_table(probe, n)
-    every = [None] * n
-    dist.all_gather_object(every, [s["local_numel"] for s in shards])
+    every = harness.gather([s["local_numel"] for s in shards])
     groups = [{"name": "root (inp, out)", "numel": sum(p.numel() for k, p in probe.named_parameters()
                                                       if not k.startswith("blocks."))}]
     groups += [{"name": f"blocks.{i}", "numel": sum(p.numel() for p in b.parameters())}
@@ -273,7 +261,7 @@ def main(argv=None) -> int:
         "per_rank_bytes": [sum(v) * shards[0]["element_size"] for v in every],
         "configs": configs,
         "prefetch": orders,
-        "large_fake_world": {"cfg": cfg["large"]["cfg"], "rows": large, "hsdp": hsdp},
+        "large_fake_world": {"cfg": cfg["large"]["cfg"], "rows": args.large, "hsdp": args.hsdp},
     }
     if env.is_main:
         for c in configs:
@@ -282,17 +270,14 @@ def main(argv=None) -> int:
                   f"{'step %.2f ms' % c['step_ms_median'] if 'step_ms_median' in c else ''}", flush=True)
         for o in orders:
             print(f"{o['name']:>12}: {' '.join(o['forward'])} | {' '.join(o['backward'])}", flush=True)
-    params = {"preset": args.preset, **cfg, "lr": LR, "timing": timing, "optimizer": "torch.optim.Adam",
+    params = {**cfg, "lr": LR, "timing": timing, "optimizer": "torch.optim.Adam",
               "wrapping": "fully_shard(block) for every block, then fully_shard(root)",
-              "timing_method": "per step: barrier, forward+backward+Adam step; max over ranks; median over steps"}
-    harness.write_results(env, PROGRAM, __file__, params, measurements, args.out, save=not args.no_save)
-    harness.finish()
+              "timing_method": "per step: " + harness.timing_note(env, "forward+backward+Adam step")
+                               + "; max over ranks; median over steps"}
     bad = [c["name"] for c in configs if c["max_abs_diff_vs_reference"] > (5e-2 if c["param_dtype"] != "float32" else 1e-5)]
-    if bad:
-        print(f"error: FSDP step differs from the reference in {bad}", file=sys.stderr)
-        return 1
-    return 0
+    return params, measurements, f"FSDP step differs from the reference in {bad}" if bad else ""
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(harness.main(PROGRAM, __doc__, PRESETS, measure, script=__file__, min_world_size=2,
+                          before_init=fake_worlds, timing_flag=True))

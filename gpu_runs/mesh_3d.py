@@ -72,11 +72,7 @@ def calls(summary: dict) -> dict:
     return {k: v["calls"] for k, v in summary.items()}
 
 
-def main(argv=None) -> int:
-    parser = harness.base_parser(__doc__.splitlines()[0], PRESETS)
-    args = parser.parse_args(argv)
-    cfg = PRESETS[args.preset]
-    env = harness.init(min_world_size=4)
+def measure(env, cfg, args):
     torch.set_num_threads(1) if env.device.type == "cpu" else None
     t = cfg["t"]
     if env.world_size % t:
@@ -135,12 +131,9 @@ def main(argv=None) -> int:
     record = {"rank": env.rank, "dp_rank": dp_rank, "tp_rank": mesh["tp"].get_local_rank(),
               "local_param_bytes": local_bytes, "counts_step0": counts[0],
               "counts_same_every_step": all(c == counts[0] for c in counts)}
-    every = [None] * env.world_size
-    dist.all_gather_object(every, record)
-    diffs = [None] * env.world_size
-    dist.all_gather_object(diffs, max(abs(a - b) for a, b in zip(losses, ref_losses)))
-    pdiffs = [None] * env.world_size
-    dist.all_gather_object(pdiffs, max_param_diff)
+    every = harness.gather(record)
+    diffs = harness.gather(max(abs(a - b) for a, b in zip(losses, ref_losses)))
+    pdiffs = harness.gather(max_param_diff)
     if env.is_main:
         print(f"d = {d}, t = {t}; loss {losses}\nref {ref_losses}\nmax |Δloss| {max(diffs):.2e}, "
               f"max |Δθ| {max(pdiffs):.2e}", flush=True)
@@ -150,15 +143,11 @@ def main(argv=None) -> int:
                     "total_params": total_params, "param_bytes_fp32": total_params * 4,
                     "placements": placements, "ranks": every,
                     "mesh": mesh.mesh.tolist()}
-    params = {"preset": args.preset, **cfg, "dtype": "float32", "optimizer": "SGD",
+    params = {**cfg, "dtype": "float32", "optimizer": "SGD",
               "counting": "CommDebugMode (DTensor functional collectives) + CommCounter (torch.distributed calls)"}
-    harness.write_results(env, PROGRAM, __file__, params, measurements, args.out, save=not args.no_save)
-    harness.finish()
-    if max(diffs) > 1e-5 or max(pdiffs) > 1e-5:
-        print("error: the 2-D mesh run differs from one process", file=sys.stderr)
-        return 1
-    return 0
+    ok = max(diffs) <= 1e-5 and max(pdiffs) <= 1e-5
+    return params, measurements, "" if ok else "the 2-D mesh run differs from one process"
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(harness.main(PROGRAM, __doc__, PRESETS, measure, script=__file__, min_world_size=4))

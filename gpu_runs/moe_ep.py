@@ -102,11 +102,7 @@ def moe_reference(x, router, experts, skew, cfg, E):
     return out, moe.aux_loss(probs)
 
 
-def main(argv=None) -> int:
-    parser = harness.base_parser(__doc__.splitlines()[0], PRESETS)
-    args = parser.parse_args(argv)
-    cfg = PRESETS[args.preset]
-    env = harness.init(min_world_size=2)
+def measure(env, cfg, args):
     torch.set_num_threads(1) if env.device.type == "cpu" else None
     W, r, dev = env.world_size, env.rank, env.device
     E, T, h = W * cfg["epr"], cfg["T"], cfg["h"]
@@ -163,8 +159,7 @@ def main(argv=None) -> int:
            "funcol_forward": {str(k): v for k, v in f_fwd.get_comm_counts().items()},
            "funcol_backward": {str(k): v for k, v in f_bwd.get_comm_counts().items()}, "diff": diff,
            "experts_with_grad": [j for j in own if experts[j][0].weight.grad is not None]}
-    every = [None] * W
-    dist.all_gather_object(every, rec)
+    every = harness.gather(rec)
     if env.is_main:
         for e in every:
             print(f"rank {e['rank']}: send {e['send']} recv {e['recv']} diff "
@@ -173,16 +168,12 @@ def main(argv=None) -> int:
               every[0]["funcol_backward"], flush=True)
     measurements = {"W": W, "E": E, "ranks": every, "sweep": sweep,
                     "bytes_uniform_formula": moe.a2a_bytes_uniform(T, cfg["k"], W, h)}
-    params = {"preset": args.preset, **cfg, "dtype": "float32", "aux_coef": 0.01,
+    params = {**cfg, "dtype": "float32", "aux_coef": 0.01,
               "counting": "gpu_runs/comm_counter.CommCounter (torch.distributed calls), forward and backward"}
-    harness.write_results(env, PROGRAM, __file__, params, measurements, args.out, save=not args.no_save)
     worst = max(max(e["diff"].values()) for e in every)
-    harness.finish()
-    if worst > 1e-5:
-        print(f"error: expert-parallel layer differs from one process by {worst:.2e}", file=sys.stderr)
-        return 1
-    return 0
+    return params, measurements, \
+        f"expert-parallel layer differs from one process by {worst:.2e}" if worst > 1e-5 else ""
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(harness.main(PROGRAM, __doc__, PRESETS, measure, script=__file__, min_world_size=2))

@@ -7,10 +7,14 @@ NCCL_DEBUG_SUBSYS=INIT,GRAPH,TUNING and NCCL_DEBUG_FILE before NCCL starts, runs
 the preset, collects every rank's log lines on rank 0 and stores them, with provenance, in
 gpu_runs/results/nccl_debug_capture/<hardware>.json (the page Ch1-04 renders that file).
 
-    torchrun --nproc_per_node=8 gpu_runs/nccl_debug_capture.py                 # one 8-GPU node
+    torchrun --nproc_per_node=8 gpu_runs/nccl_debug_capture.py --preset gpu     # one 8-GPU node
     torchrun --nnodes=2 --nproc_per_node=8 --rdzv-backend=c10d --rdzv-endpoint=HOST:29500 \
-        gpu_runs/nccl_debug_capture.py                                          # two nodes
+        --rdzv-id=capture gpu_runs/nccl_debug_capture.py --preset gpu           # two nodes (same line on each)
     torchrun --nproc_per_node=2 gpu_runs/nccl_debug_capture.py --preset tiny --no-save
+
+It needs a world size of at least 2 (one GPU has no ring or tree to log). On several nodes every rank
+uses cuda:LOCAL_RANK of its node; the hostname in each line becomes node<GROUP_RANK>, and the results
+file records nodes × GPUs per node.
 
 On CPU it refuses (exit 2): gloo writes no NCCL log, and a CPU run must not pass for a GPU one.
 """
@@ -34,11 +38,14 @@ PRESETS = {
     "tiny": {"sizes": [1 << 10, 1 << 20], "iters": 2, "max_lines_per_rank": 2000},
     "full": {"sizes": [1 << 10, 1 << 13, 1 << 16, 1 << 19, 1 << 22, 1 << 25, 1 << 28], "iters": 3,
              "max_lines_per_rank": 6000},
+    # what `make gpu-runs` launches: one size per factor of 8 from 1 KiB to 1 GiB (where NCCL's
+    # algorithm / protocol choices change), a few calls each; seconds, not minutes
+    "gpu": {"sizes": [1 << k for k in range(10, 31, 3)], "iters": 3, "max_lines_per_rank": 8000},
 }
 PREFIX = re.compile(r"^(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) ")
 
 
-def require_nccl() -> None:
+def require_nccl(args=None, cfg=None) -> None:
     if not torch.cuda.is_available() or not dist.is_nccl_available():
         raise harness.UsageError(
             "needs CUDA GPUs and NCCL (torch.cuda.is_available() = "
@@ -46,22 +53,20 @@ def require_nccl() -> None:
             "on CPU there is no NCCL log to capture, so this program does not run")
 
 
+def nccl_logging(args, cfg) -> None:
+    """NCCL reads these when it first initialises, i.e. inside harness.init: set them before it."""
+    args.logdir = Path(tempfile.mkdtemp(prefix="nccl-debug-"))
+    os.environ["NCCL_DEBUG"] = "INFO"
+    os.environ["NCCL_DEBUG_SUBSYS"] = SUBSYS
+    os.environ["NCCL_DEBUG_FILE"] = str(args.logdir / "nccl.%h.%p.log")
+
+
 def anonymise(lines: list[str], node: int) -> list[str]:
     """Replace the hostname at the start of each NCCL line by 'node<k>' (pid and tid are kept)."""
     return [PREFIX.sub(lambda m: f"node{node}:{m['pid']}:{m['tid']} ", ln, count=1) for ln in lines]
 
 
-def main(argv=None) -> int:
-    parser = harness.base_parser(__doc__.splitlines()[0], PRESETS)
-    args = parser.parse_args(argv)
-    require_nccl()
-    cfg = PRESETS[args.preset]
-    logdir = Path(tempfile.mkdtemp(prefix="nccl-debug-"))
-    # NCCL reads these when it first initialises, i.e. inside harness.init below.
-    os.environ["NCCL_DEBUG"] = "INFO"
-    os.environ["NCCL_DEBUG_SUBSYS"] = SUBSYS
-    os.environ["NCCL_DEBUG_FILE"] = str(logdir / "nccl.%h.%p.log")
-    env = harness.init(min_world_size=2)
+def measure(env, cfg, args):
     n = env.world_size
     rows = []
     for size in cfg["sizes"]:
@@ -70,29 +75,23 @@ def main(argv=None) -> int:
         for _ in range(cfg["iters"]):
             x.fill_(1.0)
             dist.all_reduce(x)
-        torch.cuda.synchronize(env.device)
+        harness.sync(env)
         ok = bool(torch.all(x == n).item())
         rows.append({"bytes": count * 4, "iters": cfg["iters"], "correct": ok})
     dist.barrier()
-    torch.cuda.synchronize(env.device)
+    harness.sync(env)
     node = int(os.environ.get("GROUP_RANK", "0"))
     lines = []
-    for f in sorted(logdir.glob("nccl.*.log")):  # NCCL line-buffers the file: complete up to here
+    for f in sorted(args.logdir.glob("nccl.*.log")):  # NCCL line-buffers the file: complete up to here
         lines += f.read_text(errors="replace").splitlines()
     lines = anonymise(lines, node)[: cfg["max_lines_per_rank"]]
-    gathered = [None] * n
-    dist.all_gather_object(gathered, {"rank": env.rank, "node": node, "lines": lines})
-    params = {"preset": args.preset, **cfg, "dtype": "float32", "NCCL_DEBUG": "INFO",
-              "NCCL_DEBUG_SUBSYS": SUBSYS,
+    gathered = harness.gather({"rank": env.rank, "node": node, "lines": lines})
+    params = {**cfg, "dtype": "float32", "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": SUBSYS,
               "note": "hostnames replaced by node<k>; lines per rank capped at max_lines_per_rank"}
     measurements = {"calls": rows, "logs": sorted(gathered, key=lambda g: g["rank"])}
-    harness.write_results(env, PROGRAM, __file__, params, measurements, args.out, save=not args.no_save)
-    harness.finish()
-    if not all(r["correct"] for r in rows):
-        print("error: an all_reduce returned a wrong sum", file=sys.stderr)
-        return 1
-    return 0
+    return params, measurements, "" if all(r["correct"] for r in rows) else "an all_reduce returned a wrong sum"
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(harness.main(PROGRAM, __doc__, PRESETS, measure, script=__file__, min_world_size=2,
+                          check=require_nccl, before_init=nccl_logging))

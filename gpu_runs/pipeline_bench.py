@@ -7,7 +7,11 @@ program records, on every rank, what really ran:
 
   * every call of PipelineStage.forward_one_chunk / backward_one_chunk / backward_weight_one_chunk
     (op, stage, micro-batch, start, end on the host's monotonic clock; one host) — the
-    timeline is drawn from these calls, never from the schedule's planned `pipeline_order`;
+    timeline is drawn from these calls, never from the schedule's planned `pipeline_order`. The marks
+    are harness.Clock's: on a GPU CUDA events recorded around each call on the compute stream and read
+    after the step (no synchronize around a chunk, which would also wait for the pending send/recv and
+    serialise them), placed on the host clock by a reference event taken after a barrier and a
+    synchronize; on CPU time.perf_counter;
   * the saved activations alive on the rank (autograd saved-tensor hooks; parameters excluded),
     as a peak in bytes and in micro-batches' worth of one stage's activations;
   * the loss and the gradients against the same model run without a pipeline.
@@ -23,13 +27,11 @@ Two variants of the same layer:
 """
 from __future__ import annotations
 
-import statistics
 import sys
-import time
+import time  # the sleep variant's compute
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -114,8 +116,8 @@ class Layer(nn.Module):
 class Recorder:
     """Wraps a PipelineStage's compute calls and counts the saved activations alive on this rank."""
 
-    def __init__(self, params, sync=None):
-        self.sync = sync or (lambda: None)  # torch.cuda.synchronize on GPU: time the kernels, not their launch
+    def __init__(self, params, clock: harness.Clock | None = None):
+        self.clock = clock or harness.Clock("cpu")  # marks only: never a synchronize inside the step
         self.events: list[dict] = []
         self.t0 = 0.0
         self.alive = 0  # bytes of saved activations alive
@@ -132,13 +134,11 @@ class Recorder:
             def run(chunk_id, *a, **k):
                 if op == "F":
                     rec.cur = (stage.stage_index, int(chunk_id))
-                rec.sync()
-                t = time.perf_counter()
+                t = rec.clock.mark()
                 out = fn(chunk_id, *a, **k)
-                rec.sync()
                 full = k.get("full_backward", True) if op == "B" else None
                 rec.events.append({"op": op, "stage": stage.stage_index, "mb": int(chunk_id),
-                                   "start": t - rec.t0, "end": time.perf_counter() - rec.t0,
+                                   "start": t, "end": rec.clock.mark(),    # marks: read() after the step
                                    **({"full": bool(full)} if op == "B" else {})})
                 return out
             return run
@@ -146,6 +146,12 @@ class Recorder:
         stage.forward_one_chunk = timed(stage.forward_one_chunk, "F")
         stage.backward_one_chunk = timed(stage.backward_one_chunk, "B")
         stage.backward_weight_one_chunk = timed(stage.backward_weight_one_chunk, "W")
+
+    def read(self) -> list[dict]:
+        """The step's events with their marks as seconds on the host clock (after the step)."""
+        self.clock.resolve()
+        return [{**e, "start": self.clock.host(e["start"]) - self.t0, "end": self.clock.host(e["end"]) - self.t0}
+                for e in self.events]
 
     def hooks(self):
         rec = self
@@ -210,7 +216,7 @@ def run_one(env, cfg, name, m, variant):
     for mod in mods:
         mod.to(env.device)
     params = [q for mod in mods for q in mod.parameters()]
-    rec = Recorder(params, torch.cuda.synchronize if env.device.type == "cuda" else None)
+    rec = Recorder(params, harness.Clock(env))
     stages = []
     for s, mod in zip(ids, mods):
         st = PipelineStage(mod, s, n_stages, env.device)
@@ -223,21 +229,18 @@ def run_one(env, cfg, name, m, variant):
             mod.zero_grad()
         rec.events, rec.peak, rec.alive, rec.live, rec.peak_live = [], 0, 0, {}, 0
         losses: list = []
-        dist.barrier()
-        if env.device.type == "cuda":
-            torch.cuda.synchronize()
-        # times are raw time.perf_counter() (CLOCK_MONOTONIC, shared by the processes of one host), so
-        # the ranks' timelines line up without relying on when each rank left the barrier
+        # times are on the host's time.perf_counter() (CLOCK_MONOTONIC, shared by the processes of one
+        # host), so the ranks' timelines line up without relying on when each rank left the barrier
         rec.t0 = 0.0
+        rec.clock.start(barrier=True)
         with rec.hooks():
             if 0 in ids:
                 sched.step(x.to(env.device), target=y.to(env.device), losses=losses)
             else:
                 sched.step(target=y.to(env.device), losses=losses)
-        if env.device.type == "cuda":
-            torch.cuda.synchronize()
+        events = rec.read()
         if it > 0:  # the first step is a warm-up
-            steps.append({"events": rec.events, "peak_saved_bytes": rec.peak, "peak_live": rec.peak_live})
+            steps.append({"events": events, "peak_saved_bytes": rec.peak, "peak_live": rec.peak_live})
         out_losses = losses
     # correctness against the unpipelined model (ref on CPU, sleeps included in the reference: identity maps)
     ref_loss, ref_grads = reference(ref_model, x, y, m)
@@ -256,12 +259,6 @@ def run_one(env, cfg, name, m, variant):
             "steps": steps}
 
 
-def gather(env, local):
-    outs = [None] * env.world_size
-    dist.all_gather_object(outs, local)
-    return outs
-
-
 def summarize(per_rank, p):
     """Per step: busy time per rank, makespan (first start to last end, all ranks), both bubbles."""
     steps = []
@@ -278,11 +275,7 @@ def summarize(per_rank, p):
     return steps, med
 
 
-def main(argv=None):
-    ap = harness.base_parser(__doc__.splitlines()[0], PRESETS)
-    args = ap.parse_args(argv)
-    cfg = PRESETS["full" if args.preset == "full" else args.preset]
-    env = harness.init(allowed_world_sizes={2})
+def measure(env, cfg, args):
     torch.set_num_threads(1)
     runs = []
     plan = [(name, cfg["m_all"]) for name in SCHEDULES]
@@ -294,7 +287,7 @@ def main(argv=None):
             if variant == "real" and m != cfg["m_all"] and not (name == "gpipe" and m == 1):
                 continue  # real compute: every schedule at m_all, and the naive pipeline (GPipe, m = 1)
             local = run_one(env, cfg, name, m, variant)
-            per_rank = gather(env, local)
+            per_rank = harness.gather(local)
             steps, med = summarize(per_rank, env.world_size)
             runs.append({
                 "schedule": name, "torch_class": SCHEDULES[name][0].__name__, "variant": variant, "m": m,
@@ -316,12 +309,13 @@ def main(argv=None):
                 print(f"{variant:5s} {name:15s} m={m:2d} makespan {s['makespan_s'] * 1e3:7.1f} ms "
                       f"bubble {s['bubble_fraction']:.3f} of total, {s['bubble_relative']:.3f} rel. ideal; "
                       f"grad err {runs[-1]['grad_max_err']:.1e}", flush=True)
-    params = {"preset": args.preset, "p": env.world_size,
+    params = {"p": env.world_size,
               **{k: cfg[k] for k in ("layers", "d", "rows", "sleep_d", "sleep_rows", "sleep_ms", "steps", "m_all",
-                                     "m_sweep")}}
-    harness.write_results(env, PROGRAM, __file__, params, runs, args.out, not args.no_save)
-    harness.finish()
+                                     "m_sweep")},
+              "clock": ("CUDA events around each chunk call, read after the step" if harness.on_cuda(env)
+                        else "time.perf_counter around each chunk call")}
+    return params, runs
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(harness.main(PROGRAM, __doc__, PRESETS, measure, script=__file__, allowed_world_sizes={2}))

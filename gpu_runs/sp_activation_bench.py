@@ -25,13 +25,11 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
 import warnings
 from collections import defaultdict
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -106,20 +104,16 @@ def measure(cfg, env, mesh, variant: str):
     causal_bias(cfg["s"], torch.bfloat16, env.device)
     blk, _, x, inp = build(cfg, env, mesh, variant, P_DROP)
     torch.manual_seed(5)
-    if env.device.type == "cuda":
-        torch.cuda.synchronize()
-        before = torch.cuda.memory_allocated(env.device)
-    with CommDebugMode() as cm_f, CollectiveBytes() as cb_f, SavedTensorCounter(blk) as counter:
+    with harness.PeakMemory(env) as mem, CommDebugMode() as cm_f, CollectiveBytes() as cb_f, \
+            SavedTensorCounter(blk) as counter:
         y = blk(inp)
-    cuda_after = None
-    if env.device.type == "cuda":
-        torch.cuda.synchronize()
-        cuda_after = torch.cuda.memory_allocated(env.device) - before
+    cuda_after = None if mem.end is None else mem.end - mem.base
     local_y = y if variant == "tp" else y.to_local()
     with CommDebugMode() as cm_b, CollectiveBytes() as cb_b:
         local_y.float().sum().backward()
     entries = [{"bytes": e["bytes"], "dtype": e["dtype"], "shape": list(e["shape"])} for e in counter.entries.values()]
     return {"saved_bytes": counter.total_bytes, "saved_entries": entries, "cuda_allocated_after_forward": cuda_after,
+            "cuda_peak_forward": mem.peak_above_base,
             "comm_counts_forward": {str(k).split(".")[-1]: v for k, v in cm_f.get_comm_counts().items()},
             "comm_counts_backward": {str(k).split(".")[-1]: v for k, v in cm_b.get_comm_counts().items()},
             "collective_bytes_forward": dict(cb_f.calls), "collective_bytes_backward": dict(cb_b.calls)}
@@ -137,27 +131,16 @@ def check_output(cfg, env, mesh, variant: str) -> float:
 
 def timing(cfg, env, mesh, variant: str) -> float:
     blk, _, x, inp = build(cfg, env, mesh, variant, P_DROP)
-    times = []
-    for it in range(cfg["iters"] + 1):
-        dist.barrier()
-        t0 = time.perf_counter()
+
+    def fwd_bwd():
         y = blk(inp)
         (y if variant == "tp" else y.to_local()).float().sum().backward()
-        if env.device.type == "cuda":
-            torch.cuda.synchronize()
-        dt = torch.tensor([time.perf_counter() - t0])
-        dist.all_reduce(dt, op=dist.ReduceOp.MAX)
-        if it:
-            times.append(float(dt))
-    return statistics.median(times) * 1e3
+
+    times = harness.max_over_ranks(env, [harness.time_call(env, fwd_bwd) for _ in range(cfg["iters"] + 1)])
+    return statistics.median(times[1:]) * 1e3  # the first iteration warms up
 
 
-def main(argv=None) -> int:
-    parser = harness.base_parser(__doc__.splitlines()[0], PRESETS)
-    parser.add_argument("--no-timing", action="store_true", help="counts only (more processes than cores)")
-    args = parser.parse_args(argv)
-    env = harness.init()
-    cfg = PRESETS[args.preset]
+def measure_all(env, cfg, args):
     if cfg["a"] % env.world_size or cfg["s"] % env.world_size:
         raise harness.UsageError(f"t = {env.world_size} must divide a = {cfg['a']} and s = {cfg['s']}")
     torch.set_num_threads(1 if env.device.type == "cpu" else torch.get_num_threads())
@@ -170,20 +153,18 @@ def main(argv=None) -> int:
         row = measure(cfg, env, mesh, variant)
         row["max_abs_diff_vs_one_device"] = check_output(cfg, env, mesh, variant)
         row["fwd_bwd_ms_median"] = None if args.no_timing else timing(cfg, env, mesh, variant)
-        per_rank = [None] * env.world_size
-        dist.all_gather_object(per_rank, row)
+        per_rank = harness.gather(row)
         out[variant] = per_rank
         if env.is_main:
             print(f"{variant:>6}: saved {[r['saved_bytes'] for r in per_rank]} B/rank  "
                   f"fwd {row['comm_counts_forward']}  bwd {row['comm_counts_backward']}  "
                   f"diff {row['max_abs_diff_vs_one_device']:.3g}  {row['fwd_bwd_ms_median']}", flush=True)
-    params = {"preset": args.preset, **cfg, "t": env.world_size, "dtype": "bfloat16", "p_drop": P_DROP,
+    params = {**cfg, "t": env.world_size, "dtype": "bfloat16", "p_drop": P_DROP,
               "timing": None if args.no_timing else
-              "barrier, forward+backward, max over ranks, median over iters; CPU times are CPU times"}
-    harness.write_results(env, PROGRAM, __file__, params, out, args.out, save=not args.no_save)
-    harness.finish()
-    return 0
+              harness.timing_note(env, "forward+backward") + ", max over ranks, median over iters; "
+              "CPU times are CPU times"}
+    return params, out
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(harness.main(PROGRAM, __doc__, PRESETS, measure_all, script=__file__, timing_flag=True))

@@ -35,7 +35,6 @@ from __future__ import annotations
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch  # noqa: E402
@@ -269,7 +268,7 @@ def run_stage(stage: int, cfg: dict, env, multi_rank_allreduce: bool = True, tim
         return loss
 
     train_step()  # warm-up: Adam state is created lazily at the first step
-    with StepProbe(engine) as probe:
+    with harness.PeakMemory(env) as mem, StepProbe(engine) as probe:
         train_step(probe)
     opt_parts = optimizer_parts(engine, stage)
     p_bytes, padding = param_bytes(engine, stage)
@@ -284,7 +283,9 @@ def run_stage(stage: int, cfg: dict, env, multi_rank_allreduce: bool = True, tim
            "per_rank_bytes": mine, "per_rank_bytes_all": gathered,
            "comm": probe.summary(), "comm_by_phase": probe.by_phase(),
            "optimizer_class": type(engine.optimizer).__name__,
-           "use_multi_rank_bucket_allreduce": multi_rank_allreduce}
+           "use_multi_rank_bucket_allreduce": multi_rank_allreduce,
+           # CUDA only: the caching allocator during the instrumented step (reset at its start)
+           "cuda_allocated_before_step": mem.base, "cuda_peak_step": mem.peak}
     if stage == 3:
         ph = rec["comm_by_phase"]
         rec["zero3_allgathers"] = {
@@ -292,15 +293,8 @@ def run_stage(stage: int, cfg: dict, env, multi_rank_allreduce: bool = True, tim
             "backward": ph.get("backward", {}).get("all_gather_into_tensor", {}).get("calls", 0),
             "layers": layers}
     rec["step_time_s"] = None  # not timed: more processes than cores would time the scheduler
-    if timed:
-        times = []
-        for _ in range(cfg["timed_steps"]):
-            dist.barrier()
-            t0 = time.perf_counter()
-            train_step()
-            t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            times.append(float(t.item()))
+    if timed:  # per step: barrier, synchronize, then the step between CUDA events; slowest rank per step
+        times = harness.max_over_ranks(env, [harness.time_call(env, train_step) for _ in range(cfg["timed_steps"])])
         rec["step_time_s"] = {"median": statistics.median(times), "min": min(times),
                               "label": f"CPU ({env.backend}, {env.world_size} processes on "
                                        f"{os.cpu_count()} cores)" if env.device.type == "cpu"
@@ -311,22 +305,22 @@ def run_stage(stage: int, cfg: dict, env, multi_rank_allreduce: bool = True, tim
     return rec
 
 
-def main(argv=None) -> int:
-    parser = harness.base_parser(__doc__.splitlines()[0], PRESETS)
+def options(parser) -> None:
     parser.add_argument("--stages", default="0,1,2,3", help="comma-separated subset of 0,1,2,3")
-    parser.add_argument("--no-timing", action="store_true",
-                        help="count bytes and calls only (use when processes outnumber cores)")
-    args = parser.parse_args(argv)
-    stages = [int(s) for s in args.stages.split(",") if s]
-    if any(s not in STAGES for s in stages):
-        raise harness.UsageError(f"stages must be in {STAGES}, got {stages}")
-    env = harness.init()
+
+
+def check(args, cfg) -> None:
+    args.stages = [int(s) for s in args.stages.split(",") if s]
+    if any(s not in STAGES for s in args.stages):
+        raise harness.UsageError(f"stages must be in {STAGES}, got {args.stages}")
+
+
+def measure(env, cfg, args):
     import deepspeed
 
     deepspeed.init_distributed(dist_backend=env.backend)  # reuses the harness's process group
-    cfg = PRESETS[args.preset]
     rows = []
-    for stage in stages:
+    for stage in args.stages:
         rec = run_stage(stage, cfg, env, timed=not args.no_timing)
         if stage in (1, 2) and cfg["reduce_variant"]:  # the same step with DeepSpeed's per-destination reduce path
             alt = run_stage(stage, cfg, env, multi_rank_allreduce=False, timed=False)
@@ -339,15 +333,16 @@ def main(argv=None) -> int:
             c = ", ".join(f"{k} {v['calls']}×/{v['bytes']} B" for k, v in rec["comm"].items())
             print(f"stage {stage} N={env.world_size} psi={rec['psi']} bytes/rank {rec['per_rank_bytes']} | {c}",
                   flush=True)
-    params = {"preset": args.preset, **cfg, "stages": stages, "dtype": "bfloat16",
+    params = {**cfg, "stages": args.stages, "dtype": "bfloat16",
               "optimizer": "torch.optim.Adam (zero_allow_untested_optimizer)",
               "zero_config": {s: ds_config(s, cfg["dim"] ** 2 + cfg["dim"], cfg["batch"])["zero_optimization"]
-                              for s in stages},
-              "measured": "one step after a warm-up step; per_rank_bytes.grads = peak during backward"}
-    harness.write_results(env, PROGRAM, __file__, params, rows, args.out, save=not args.no_save)
-    harness.finish()
-    return 0
+                              for s in args.stages},
+              "measured": "one step after a warm-up step; per_rank_bytes.grads = peak during backward",
+              "timing": "per timed step: " + harness.timing_note(env, "the step")
+                        + "; max over ranks per step; median and min over timed_steps"}
+    return params, rows
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(harness.main(PROGRAM, __doc__, PRESETS, measure, script=__file__, options=options, check=check,
+                          timing_flag=True))

@@ -282,6 +282,102 @@ def reduce_scratch(data) -> list[dict]:
     return rows
 
 
+# ---------------------------------------------------------------- one tab per hardware
+
+def _runs_label(run) -> str:
+    h = run.hardware
+    unit = "GPUs" if h["kind"] == "gpu" else "processes"
+    return f"{h['backend']}, N = {h['world_size']} {unit}"
+
+
+def check_tab(plat) -> str:
+    """Experiment 2, one hardware: every recorded call against the reference, per world size."""
+    from snippets.results import markdown_table
+
+    out = []
+    for run in plat.runs:
+        rows = check_against_reference(run)
+        warned = sorted({x["api"] for x in rows if x["warning"]})
+        out += [f"**{_runs_label(run)}, torch {run.data['versions']['torch']}**",
+                markdown_table(["호출한 API", "의미 (reference)", "reference 와 일치", "FutureWarning"],
+                               [[f"`{x['api']}`", x["collective"], "✅" if x["match"] else "❌", x["warning"] or ""]
+                                for x in rows]),
+                f"{len(rows)} 개 호출 중 reference 와 일치: **{sum(x['match'] for x in rows)}**. FutureWarning 을 낸 API: "
+                + (", ".join(f"`{a}`" for a in warned) or "없음") + "."]
+    return "\n\n".join(out)
+
+
+def calls_tab(plat) -> str:
+    """Experiment 2, one hardware: the real per-rank inputs and outputs of each collective (collapsed)."""
+    out = []
+    for run in plat.runs:
+        out.append(f"**{_runs_label(run)}**")
+        for k, api in enumerate(COLLECTIVES):
+            table = call_table(run, api).replace("\n", "\n    ")
+            out.append(f'???{"+" if k == 0 else ""} example "{api}"\n\n    {table}')
+    return "\n\n".join(out)
+
+
+def reduce_scratch_tab(plat) -> str:
+    """What this backend left in the non-root buffers of reduce, and what that reading says."""
+    from snippets.results import markdown_table
+
+    out = []
+    for run in plat.runs:
+        rows = reduce_scratch(run)
+        out.append(f"**{_runs_label(run)}**")
+        out.append(markdown_table(["rank (root 아님)", "reduce 뒤 buffer", "= 자기 입력?", "= 전체 합?", "자기 블록은 완전한 합?"],
+                                  [[x["rank"], " ".join(map(str, x["buffer"])), x["equals_input"], x["equals_total"],
+                                    x["own_block_is_total"]] for x in rows]))
+        backend = run.hardware["backend"]
+        if all(x["equals_input"] for x in rows):
+            what = "root 가 아닌 rank 의 buffer 는 입력 그대로 남았습니다"
+        elif all(x["equals_total"] for x in rows):
+            what = "root 가 아닌 rank 의 buffer 에도 전체 합이 들어 있었습니다"
+        else:
+            what = "root 가 아닌 rank 의 buffer 는 입력도 합도 아닌 값 (부분합) 으로 덮어써졌습니다"
+            if all(x["own_block_is_total"] for x in rows):
+                what += (". 자기 블록만은 완전한 합인데, 이는 이 구현이 ReduceScatter 를 먼저 하고 root 가 블록을 모으는 방식으로 "
+                         "Reduce 를 수행한다는 흔적으로 보입니다 (관측이며, 문서화된 동작은 아닙니다)")
+        out.append(f"이 {backend} 에서 {what}.")
+    return "\n\n".join(out)
+
+
+def decomposition_tab(plat) -> str:
+    """Theorem 1.1.10 on the real run: reduce_scatter then all_gather against all_reduce, rank by rank."""
+    from snippets.results import markdown_table
+
+    out = []
+    for run in plat.runs:
+        by_api = {c["api"]: c for c in calls(run)}
+        comp = next(c for c in calls(run) if c["collective"] == "rs_then_ag")
+        rows = [[rs["rank"], " ".join(map(str, rs["shard"])), " ".join(map(str, rs["output"])),
+                 " ".join(map(str, ar["output"])), "✅" if rs["output"] == ar["output"] else "❌"]
+                for rs, ar in zip(comp["ranks"], by_api["all_reduce"]["ranks"])]
+        out += [f"**{_runs_label(run)}** (`{comp['api']}`)",
+                markdown_table(["rank", "RS 의 shard", "RS → AG", "all_reduce", "같음"], rows)]
+    return "\n\n".join(out)
+
+
+def avg_tab(plat) -> str:
+    """SUM (the default op) and ReduceOp.AVG as this backend returned them on rank 0."""
+    out = []
+    for run in plat.runs:
+        by_api = {c["api"]: c for c in calls(run)}
+        s, a = by_api["all_reduce"]["ranks"][0], by_api["all_reduce(op=ReduceOp.AVG)"]["ranks"][0]
+        backend = run.hardware["backend"]
+        n = run.hardware["world_size"]
+        if a["error"]:
+            verdict = f"이 {backend} 는 AVG 를 거절했습니다"
+        elif np.allclose(np.asarray(a["output"], float), np.asarray(s["output"], float) / n):
+            verdict = f"이 {backend} 는 float 에 대해 AVG 를 받아 평균 (SUM / N) 을 돌려주었습니다"
+        else:
+            verdict = f"이 {backend} 는 AVG 를 받았지만 SUM / N 과 다른 값을 돌려주었습니다"
+        out.append(f"rank 0, SUM: {s['output']}  \nrank 0, AVG: {a['output'] if not a['error'] else a['error']}  \n"
+                   f"(torch {run.data['versions']['torch']}, {backend}, N = {run.hardware['world_size']}): {verdict}.")
+    return "\n\n".join(out)
+
+
 # --8<-- [start:usage]
 def usage_bytes(psi: float, n: int, elem: int = 2, moe_tokens: int = 4096, moe_hidden: int = 4096,
                 moe_topk: int = 2) -> list[dict]:

@@ -475,11 +475,11 @@ def fit_allreduce(result) -> tuple[float, float]:
 # --8<-- [end:busbw]
 
 
-def busbw_figure(runs) -> str:
+def busbw_figure(runs, title: str = "") -> str:
     from snippets.common import figures
 
     fig, ax = figures.new(7, 4)
-    for r, color in zip(runs, ["C0", "C1", "C2"]):
+    for r, color in zip(runs, ["C0", "C1", "C2", "C3", "C4"]):
         n = r.hardware["world_size"]
         rows = bandwidth_rows(r, "all_reduce")
         s = np.array([x["bytes"] for x in rows], dtype=float)
@@ -490,9 +490,70 @@ def busbw_figure(runs) -> str:
                   label=f"1/(β+Nα/S), N={n}")
     ax.set_xlabel("메시지 크기 S (bytes)")
     ax.set_ylabel("GB/s")
-    ax.set_title("gloo all_reduce (CPU): algbw 와 busbw")
+    ax.set_title(title or "all_reduce: algbw 와 busbw", fontsize=9)
     ax.legend(fontsize=7)
     return figures.svg(fig)
+
+
+BUSBW_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast")
+
+
+def busbw_readings(plat) -> list[str]:
+    """The page's readings of one hardware's sweep, as sentences: algbw against N (Theorem 1.4.8),
+    busbw across N and across collectives, and where busbw reaches half of 1/β."""
+    runs = plat.runs
+    out = []
+    if len(runs) >= 2:
+        a, b = runs[0], runs[-1]
+        na, nb = a.hardware["world_size"], b.hardware["world_size"]
+        la, lb = bandwidth_rows(a, "all_reduce")[-1], bandwidth_rows(b, "all_reduce")[-1]
+        ideal = ab.BUSBW_FACTOR["all_reduce"](na) / ab.BUSBW_FACTOR["all_reduce"](nb)
+        out.append(f"가장 큰 S 의 all_reduce: algbw 비 N={nb}/N={na} 는 {lb['algbw'] / la['algbw']:.2f} "
+                   f"(busbw 가 같다면 {ideal:.2f}), busbw 비는 {lb['busbw'] / la['busbw']:.2f} (1 이면 busbw 가 N 을 지움).")
+        over = [r.hardware["world_size"] for r in runs
+                if not plat.is_gpu and r.hardware["world_size"] > r.hardware["cpu_count"]]
+        if over:
+            out.append(f"N = {', '.join(map(str, over))} 은 core {runs[0].hardware['cpu_count']} 개에 process 를 더 많이 "
+                       "올린 측정이라 scheduler 대기가 시간에 들어 있습니다.")
+        elif plat.is_gpu:
+            out.append("rank 마다 GPU 가 하나라 과다 구독이 없습니다: busbw 가 N 에 따라 달라진다면 링크나 알고리즘이 달라진 것입니다.")
+    else:
+        out.append(f"이 하드웨어에는 N = {runs[0].hardware['world_size']} 측정 하나뿐이라 N 사이의 비교는 없습니다.")
+    for r in runs:
+        n = r.hardware["world_size"]
+        last = {op: bandwidth_rows(r, op)[-1]["busbw"] for op in BUSBW_OPS if bandwidth_rows(r, op)}
+        hi, lo = max(last, key=last.get), min(last, key=last.get)
+        alpha, beta = fit_allreduce(r)
+        half = f"≈ {human_bytes(n * alpha / beta)}" if alpha > 0 and beta > 0 else "(fit 의 α 또는 β 가 양수가 아님)"
+        out.append(f"N = {n}: 가장 큰 S 에서 busbw 가 가장 높은 collective {hi} ({last[hi]:.3g} GB/s), 가장 낮은 "
+                   f"{lo} ({last[lo]:.3g} GB/s); ring fit 으로 busbw 가 1/β 의 절반이 되는 S = Nα/β {half}.")
+    return out
+
+
+# --8<-- [start:busbw-tab]
+def busbw_tab(plat) -> str:
+    """One hardware: Definition 1.4.4 re-applied to every world size it measured (largest S of each
+    collective), the stored busbw checked against the recomputed one, the readings, and the figure."""
+    from snippets import results
+
+    rows, worst = [], 0.0
+    for r in plat.runs:
+        n = r.hardware["world_size"]
+        for op in BUSBW_OPS:
+            br = bandwidth_rows(r, op)
+            if not br:
+                continue
+            worst = max(worst, max(abs(x["busbw"] - x["stored_busbw"]) / x["stored_busbw"] for x in br))
+            x = br[-1]
+            rows.append([n, op, f"{ab.BUSBW_FACTOR[op](n):.3f}", human_bytes(x["bytes"]), f"{x['time_us'] / 1e3:.3g} ms",
+                         f"{x['algbw']:.3f}", f"{x['busbw']:.3f}"])
+    unit = "GPUs" if plat.is_gpu else "processes"
+    backend = plat.runs[0].hardware["backend"]
+    table = results.markdown_table([f"N ({unit})", "collective", "κ(N)", "S", "median t", "algbw GB/s", "busbw GB/s"], rows)
+    readings = "\n".join(f"- {t}" for t in busbw_readings(plat))
+    fig = busbw_figure(plat.runs, f"{backend} all_reduce ({'GPU' if plat.is_gpu else 'CPU'}): algbw 와 busbw")
+    return (f"{table}\n\n파일의 busbw 와 다시 계산한 busbw 의 최대 상대 차이: {worst:.1e}\n\n{readings}\n\n{fig}")
+# --8<-- [end:busbw-tab]
 
 
 # --8<-- [start:logformats]
@@ -553,39 +614,126 @@ CAPTURE_COMMAND = "torchrun --nproc_per_node=8 gpu_runs/nccl_debug_capture.py"
 
 
 # --8<-- [start:capture]
-def captured_log_markdown(folder: Path | None = None) -> str:
-    """Render every committed NCCL_DEBUG capture, or say how to make one when there is none."""
+def capture_runs(folder: Path | None = None) -> list:
+    """Every committed NCCL_DEBUG capture. The program refuses to run without CUDA and NCCL, so every
+    file here is a GPU result (one per GPU model and node shape)."""
     from snippets import results
 
     folder = Path(folder) if folder else results.RESULTS / CAPTURE_PROGRAM
-    files = sorted(folder.glob("*.json"))
-    if not files:
-        return ("이 판의 저장소에는 `gpu_runs/results/nccl_debug_capture/` 에 결과 파일이 **없습니다**: GPU 에서 잡은 "
-                "NCCL 로그가 아직 없다는 뜻이며, 그래서 이 페이지는 로그를 한 줄도 보여주지 않습니다. NCCL 이 있는 GPU "
-                f"node 에서 `{CAPTURE_COMMAND}` 를 실행하고 결과 파일을 커밋하면, 다음 빌드에서 이 자리에 그 로그와 "
-                "해석이 나타납니다.")
-    parts = []
-    for path in files:
-        r = results.read(path)
-        parts.append(render_capture(r.data))
-        parts.append(results.provenance_box(r))
-    return "\n\n".join(parts)
+    return [results.read(p) for p in sorted(folder.glob("*.json"))]
+
+
+def capture_status(folder: Path | None = None) -> str:
+    """The box at the head of experiment 4, written from what the repository holds (HTML)."""
+    from snippets import results
+
+    runs = capture_runs(folder)
+    if not runs:
+        return results.md_to_html(
+            '!!! danger "이 판에는 GPU 로그가 없습니다"\n'
+            "    이 판의 저장소에는 `gpu_runs/results/nccl_debug_capture/` 에 결과 파일이 없습니다. 그래서 이 페이지는 NCCL 로그를\n"
+            "    **한 줄도 지어내지 않습니다.** 아래 표는 NCCL 소스에 있는 **format 문자열** 이고, 로그 자체는\n"
+            "    `gpu_runs/nccl_debug_capture.py` 가 GPU 에서 잡아 커밋한 결과 파일이 있을 때만 이 실험 끝의 cell 에 나타납니다.")
+    labels = ", ".join(f"{r.hardware['gpu_count']}× {r.hardware['gpu_name']} (NCCL {r.data['versions']['nccl']}, "
+                       f"commit `{r.data['git']['commit'][:12]}`)" for r in runs)
+    synthetic = [r for r in runs if r.data["command"].startswith("synthetic")]
+    note = ("\n    그 가운데 " + ", ".join(f"`{r.path.name}`" for r in synthetic) + " 는 NCCL 이 쓴 로그가 아니라 시험용으로 "
+            "format 문자열에서 만든 **합성 fixture** 입니다 (provenance 의 명령).") if synthetic else ""
+    return results.md_to_html(
+        f'!!! info "이 판의 NCCL 로그: 결과 파일 {len(runs)} 개"\n'
+        f"    `gpu_runs/nccl_debug_capture.py` 가 잡은 로그가 있습니다: {labels}. 아래 표는 NCCL 소스의 format 문자열이고,\n"
+        f"    잡은 로그와 그 해석은 이 실험 끝의 cell 이 하드웨어마다 보여 줍니다.{note}")
+
+
+def captured_log(folder: Path | None = None) -> str:
+    """Every capture, one tab per GPU hardware (HTML), or how to make one when there is none."""
+    from snippets import results
+
+    runs = capture_runs(folder)
+    if not runs:
+        return results.md_to_html(
+            "이 판의 저장소에는 `gpu_runs/results/nccl_debug_capture/` 에 결과 파일이 **없습니다**: GPU 에서 잡은 "
+            "NCCL 로그가 아직 없다는 뜻이며, 그래서 이 페이지는 로그를 한 줄도 보여주지 않습니다. NCCL 이 있는 GPU "
+            f"node 에서 `{CAPTURE_COMMAND}` 를 실행하고 결과 파일을 커밋하면, 다음 빌드에서 이 자리에 그 로그와 "
+            "해석이 나타납니다.")
+    return results.hardware_tabs(runs, lambda plat: "\n\n".join(
+        render_capture(r.data) + "\n\n" + capture_checks(r.data) for r in plat.runs))
+# --8<-- [end:capture]
 
 
 def render_capture(data: dict, max_lines: int = 40) -> str:
+    """The head of rank 0's log: the ring / graph / tuning lines, as captured."""
     m = data["measurements"]
     lines = [ln for rank in m["logs"] if rank["rank"] == 0 for ln in rank["lines"]]
-    parsed = parse_nccl_log([ln for rank in m["logs"] for ln in rank["lines"]])
-    out = [f"**{data['hardware']['gpu_count']}× {data['hardware']['gpu_name']}, NCCL "
-           f"{data['versions'].get('nccl')}** — rank 0 의 로그에서 ring/graph/tuning 줄만:", "", "```text"]
     keep = [ln for ln in lines if any(k in ln for k in ("Pattern ", "Channel ", "Ring ", "Bytes -> Algo", "Trees"))]
-    out += keep[:max_lines] + ["```", ""]
-    if parsed["algos"]:
-        out.append("| 함수 | bytes | algo | proto | channels |\n|---|---:|---|---|---|")
-        out += [f"| {a['func']} | {a['bytes']:,} | {a['algo']} | {a['proto']} | {a['channels'][0]}..{a['channels'][1]} |"
-                for a in parsed["algos"]]
+    out = [f"**{data['hardware']['gpu_count']}× {data['hardware']['gpu_name']}, NCCL {data['versions'].get('nccl')}**", "",
+           f'??? example "rank 0 의 로그에서 ring/graph/tuning 줄 (처음 {min(max_lines, len(keep))} 줄 / {len(keep)} 줄)"',
+           "", "    ```text"]
+    out += ["    " + ln for ln in keep[:max_lines]] + ["    ```", ""]
     return "\n".join(out)
-# --8<-- [end:capture]
+
+
+def ring_agreement(parsed: dict) -> tuple[int, int]:
+    """How many `Ring c : prev -> r -> next` lines (every rank) name the neighbours that rank 0's
+    `Channel c/k : order` line gives r: (agreeing, compared)."""
+    orders = {c["channel"]: c["order"] for c in parsed["channels"]}
+    ok = total = 0
+    for ring in parsed["rings"]:
+        order = orders.get(ring["channel"])
+        if not order or ring["rank"] not in order:
+            continue
+        i = order.index(ring["rank"])
+        total += 1
+        ok += (ring["prev"], ring["next"]) == (order[i - 1], order[(i + 1) % len(order)])
+    return ok, total
+
+
+def capture_checks(data: dict) -> str:
+    """What the page reads from one capture: the communicator against the results file, the graph
+    searches and tuning's busBw = nChannels × bw, the ring orders (a permutation each, and every rank's
+    Ring line agreeing with them), and each call's algorithm against experiment 2's simplified model."""
+    m = data["measurements"]
+    parsed = parse_nccl_log([ln for rank in m["logs"] for ln in rank["lines"]])
+    rank0 = parse_nccl_log([ln for rank in m["logs"] if rank["rank"] == 0 for ln in rank["lines"]])
+    n = data["hardware"]["world_size"]
+    out = []
+    comm = rank0["comms"][0] if rank0["comms"] else None
+    if comm:
+        out.append(f"- communicator (rank 0 의 INIT 줄): nRanks {comm['nRanks']}, nNodes {comm['nNodes']}, localRanks "
+                   f"{comm['localRanks']}; results 파일의 world size {n}, nnodes {data['hardware']['nnodes']} — "
+                   f"{'같음' if (comm['nRanks'], comm['nNodes']) == (n, data['hardware']['nnodes']) else '**다름**'}.")
+    nodes = comm["nNodes"] if comm else data["hardware"]["nnodes"]
+    if rank0["patterns"]:
+        out += ["", "| 그래프 | nChannels | bw (node 안 / 사이, GB/s) | type | nChannels × bw (GB/s) |", "|---|---:|---:|---|---:|"]
+        for g in rank0["patterns"]:
+            bw = g["bwIntra"] if nodes <= 2 else g["bwInter"]
+            out.append(f"| {g['pattern']} | {g['nChannels']} | {g['bwIntra']:g} / {g['bwInter']:g} | "
+                       f"{g['typeIntra']}/{g['typeInter']} | {g['nChannels'] * bw:g} |")
+    if rank0["channels"]:
+        perms = sum(sorted(c["order"]) == list(range(n)) for c in rank0["channels"])
+        ok, total = ring_agreement(parsed)
+        out += ["", f"- ring channel {len(rank0['channels'])} 개 (rank 0 의 `Channel c/k` 줄): 모든 rank 를 한 번씩 도는 순서 "
+                f"{perms} / {len(rank0['channels'])}; 모든 rank 의 `Ring` 줄 {total} 개 가운데 그 순서의 이웃과 같은 줄 {ok}."]
+    ring = next((g for g in rank0["patterns"] if g["pattern"] == "RING"), None)
+    if rank0["algos"] and ring and comm:
+        bus = ring["nChannels"] * (ring["bwIntra"] if nodes <= 2 else ring["bwInter"])
+        intra = "nvlink" if ring["typeIntra"] == "NVL" else "pci"
+        seen: dict[int, set] = {}
+        for a in rank0["algos"]:
+            if a["func"] == "AllReduce":
+                seen.setdefault(a["bytes"], set()).add(f"{a['algo']}/{a['proto']}")
+        sizes = sorted(seen)
+        pred = select(sizes, comm["nNodes"], comm["localRanks"], bus, intra)
+        rows = [[human_bytes(s), ", ".join(sorted(seen[s])), f"{p[0].upper()}/{p[1]}",
+                 "✅" if {f"{p[0].upper()}/{p[1]}"} == seen[s] else "—"] for s, p in zip(sizes, pred)]
+        same = sum(r[3] == "✅" for r in rows)
+        out += ["", f"AllReduce 호출마다 NCCL 이 고른 (algo, proto) 와, 실험 2 의 단순화한 모델 (ring/tree 만, BW = 위 RING "
+                f"그래프의 nChannels × bw = {bus:g} GB/s, {comm['nNodes']} node × {comm['localRanks']}) 의 선택:", "",
+                "| S | 로그의 선택 | 모델의 선택 | 같음 |", "|---:|---|---|---|"]
+        out += [f"| {' | '.join(r)} |" for r in rows]
+        out += ["", f"{len(rows)} 개 크기 가운데 {same} 개에서 같습니다. 모델에 없는 것 (NVLS, CollNet, PAT, channel 당 상한, "
+                "tree 보정 계수) 을 고르거나 그 때문에 경계가 옮겨 가면 다릅니다."]
+    return "\n".join(out)
 
 
 # --8<-- [start:hier]

@@ -3,8 +3,9 @@
 Every collective cost here has the α-β form T = a(N)·α + b(N)·S·β: a(N) steps on the critical
 path and b(N)·S bytes sent by the busiest rank. The AllReduce algorithms' costs live in
 snippets/common/alphabeta.py; this module adds the per-collective (step, byte) models of what
-gloo actually runs, the threshold S* where the two terms are equal, and the fits to the
-committed gloo sweeps (gpu_runs/results/collectives_bench/).
+gloo and NCCL run, the threshold S* where the two terms are equal, and the fits to the committed
+sweeps (gpu_runs/results/collectives_bench/), one hardware at a time: every results file is fitted
+under the models of its own backend, and the page shows one tab per hardware.
 """
 from __future__ import annotations
 
@@ -58,6 +59,32 @@ GLOO_MODELS = {
         "all_to_all", "pairwise exchange", lambda n: n - 1, lambda n: (n - 1) / n, "gloo/alltoall.cc"),
 }
 
+# What NCCL runs for the same calls, as the α-β model of this page assumes it: ring algorithms (the
+# tuner may pick tree, NVLS or others for all_reduce: docs/ch1-collective/04-nccl-topology.md), with
+# b(N) = nccl-tests' busbw factors (doc/PERFORMANCE.md; snippets.common.alphabeta.BUSBW_FACTOR).
+# Broadcast is a pipelined ring (chain): N − 1 hops, every rank forwards S once. all_to_all is
+# point-to-point sends to every peer, counted in the single-port model as N − 1 steps.
+NCCL_MODELS = {
+    "all_reduce": CollectiveModel(
+        "all_reduce", "ring (reduce-scatter + all-gather)",
+        lambda n: 2 * (n - 1), lambda n: 2 * (n - 1) / n, "NCCL ring AllReduce"),
+    "reduce_scatter": CollectiveModel(
+        "reduce_scatter", "ring reduce-scatter", lambda n: n - 1, lambda n: (n - 1) / n, "NCCL ring ReduceScatter"),
+    "all_gather": CollectiveModel(
+        "all_gather", "ring", lambda n: n - 1, lambda n: (n - 1) / n, "NCCL ring AllGather"),
+    "broadcast": CollectiveModel(
+        "broadcast", "ring (pipeline 된 사슬)", lambda n: n - 1, lambda n: 1.0, "NCCL ring Broadcast"),
+    "all_to_all": CollectiveModel(
+        "all_to_all", "모든 peer 에 send/recv", lambda n: n - 1, lambda n: (n - 1) / n, "ncclSend/ncclRecv group"),
+}
+MODELS = {"gloo": GLOO_MODELS, "nccl": NCCL_MODELS}
+
+
+def models_for(result) -> dict[str, CollectiveModel]:
+    """The (step, byte) models of the backend a results file ran on."""
+    return MODELS[result.hardware["backend"]]
+
+
 # The textbook ring reduce-scatter, which gloo does NOT run (half of a ring AllReduce).
 RING_REDUCE_SCATTER = CollectiveModel(
     "reduce_scatter", "ring reduce-scatter (교과서)", lambda n: n - 1, lambda n: (n - 1) / n,
@@ -109,15 +136,15 @@ def fit_collective(rows: list[dict], model: CollectiveModel, n: int) -> dict:
     steps = np.full_like(sizes, model.steps(n))
     per_rank_bytes = model.bytes_factor(n) * sizes
     alpha, beta, rel = ab.fit_alpha_beta(steps, per_rank_bytes, secs)
-    return {"op": model.op, "n": n, "algorithm": model.algorithm, "alpha": alpha, "beta": beta,
+    return {"op": model.op, "n": n, "model": model, "algorithm": model.algorithm, "alpha": alpha, "beta": beta,
             "bandwidth_GBps": 1 / beta / 1e9, "s_star": model.threshold(n, alpha, beta),
             "sizes": sizes, "seconds": secs, "predicted": model.time(n, sizes, alpha, beta),
             "rel_residuals": rel}
 
 
 def fit_all(result, models=None) -> dict[str, dict]:
-    """Fit every collective of one results file under `models` (default: what gloo runs)."""
-    models = models or GLOO_MODELS
+    """Fit every collective of one results file under `models` (default: what its backend runs)."""
+    models = models or models_for(result)
     n = result.hardware["world_size"]
     return {op: fit_collective(measured(result, op), models[op], n) for op in OPS}
 # --8<-- [end:fit]
@@ -126,7 +153,7 @@ def fit_all(result, models=None) -> dict[str, dict]:
 def fit_summary_rows(fits: dict[str, dict]) -> list[list]:
     rows = []
     for op, f in fits.items():
-        m = GLOO_MODELS[op]
+        m = f["model"]
         r = np.abs(f["rel_residuals"])
         big = f["sizes"] >= 1 << 20
         rows.append([op, m.algorithm, f"{m.steps(f['n']):g}", f"{m.bytes_factor(f['n']):.3g}·S",
@@ -176,15 +203,23 @@ def small_message_median_us(result, op: str = "all_reduce", max_bytes: int = 102
     return float(np.median([r["time_us_median"] for r in measured(result, op) if r["bytes"] <= max_bytes]))
 
 
-def oversubscription_rows(results_by_n: dict[int, object]) -> list[dict]:
-    """Per collective: measured small-message ratio N=4 / N=2 against the step-count ratio a(4)/a(2)."""
-    two, four = results_by_n[2], results_by_n[4]
+def oversubscription_rows(small, large) -> list[dict]:
+    """Per collective: the measured small-message ratio N_large / N_small against the step-count ratio
+    a(N_large)/a(N_small) of the backend's model: what the latency term alone predicts."""
+    n1, n2 = small.hardware["world_size"], large.hardware["world_size"]
     rows = []
-    for op, m in GLOO_MODELS.items():
-        t2, t4 = small_message_median_us(two, op), small_message_median_us(four, op)
-        rows.append({"op": op, "t2": t2, "t4": t4, "measured_ratio": t4 / t2,
-                     "step_ratio": m.steps(4) / m.steps(2)})
+    for op, m in models_for(small).items():
+        t1, t2 = small_message_median_us(small, op), small_message_median_us(large, op)
+        rows.append({"op": op, "t_small": t1, "t_large": t2, "measured_ratio": t2 / t1,
+                     "step_ratio": m.steps(n2) / m.steps(n1)})
     return rows
+
+
+def oversubscribed(result) -> bool:
+    """More processes than cores: a CPU run whose ranks wait for the scheduler (GUIDE). A GPU run has
+    one GPU per rank."""
+    h = result.hardware
+    return h["kind"] == "cpu" and h["world_size"] > h["cpu_count"]
 # --8<-- [end:oversub]
 
 
@@ -325,3 +360,260 @@ def gap_figure(result) -> str:
     ax.set_ylabel("GB/s")
     ax.legend(fontsize=8)
     return figures.svg(fig)
+
+
+# ---------------------------------------------------------------- one tab per hardware
+
+def timing_runs(plat) -> list:
+    """The runs of one hardware whose times the page compares: N ≥ 2 and, on CPU, no more processes
+    than cores (GUIDE). On a GPU platform every world size qualifies (one GPU per rank)."""
+    return [r for r in plat.runs if r.hardware["world_size"] >= 2 and not oversubscribed(r)]
+
+
+def _unit(plat) -> str:
+    return "GPUs" if plat.is_gpu else "processes"
+
+
+def _size(nbytes: float) -> str:
+    """KiB below 1 MiB, MiB above, three significant digits (no exponent notation)."""
+    return f"{nbytes / 2**20:.3g} MiB" if nbytes >= 2**20 else f"{nbytes / 2**10:.3g} KiB"
+
+
+def _missing(plat, what: str) -> str:
+    have = ", ".join(str(n) for n in sorted(plat.by_world))
+    return f"이 하드웨어에는 {what} 측정이 없습니다 (있는 N: {have})."
+
+
+def fit_readings(result, fits: dict) -> list[str]:
+    """Experiment 2's readings of one fit: scatter of the repeats, spread of 1/β, where each error peaks."""
+    spread = [m["time_us_p90"] / m["time_us_median"] for m in result.measurements]
+    bw = {op: f["bandwidth_GBps"] for op, f in fits.items()}
+    out = [f"흔들림: {len(spread)} 개 측정점 중 p90 이 median 의 2 배를 넘는 점 {sum(q > 2 for q in spread)} 개, "
+           f"p90 / median 의 최댓값 {max(spread):.1f}",
+           f"fit 한 1/β: 가장 큰 collective {max(bw, key=bw.get)} ({max(bw.values()):.3g} GB/s), 가장 작은 collective "
+           f"{min(bw, key=bw.get)} ({min(bw.values()):.3g} GB/s), 비 {max(bw.values()) / min(bw.values()):.1f} 배"]
+    for op, f in fits.items():
+        worst = np.abs(f["rel_residuals"]).argmax()
+        big = f["sizes"] >= 1 << 20
+        tail = f", S ≥ 1 MiB 에서 최대 {np.abs(f['rel_residuals'][big]).max():.0%}" if big.any() else ""
+        out.append(f"{op}: 가장 큰 상대 오차 {abs(f['rel_residuals'][worst]):.0%} (S = {int(f['sizes'][worst]):,} B)"
+                   f"{tail}; S* = {_size(f['s_star'])}")
+    return out
+
+
+SUMMARY_HEADER = ["collective", "가정한 알고리즘", "a(N)", "b(N)", "fit α", "fit 1/β", "S*", "median |오차|", "max |오차|",
+                  "max |오차|, S ≥ 1 MiB", "max |오차| 의 S"]
+
+
+def fit_block(result, title: str) -> str:
+    """Markdown for one results file: the fit of all five collectives, readings, figure, every point."""
+    from snippets import results
+
+    fits = fit_all(result)
+    header, rows = residual_table_rows(fits)
+    points = results.markdown_table(header, rows).replace("\n", "\n    ")
+    return "\n\n".join([
+        results.markdown_table(SUMMARY_HEADER, fit_summary_rows(fits)),
+        "\n".join(f"- {t}" for t in fit_readings(result, fits)),
+        fits_figure(fits, title),
+        f'??? note "측정점마다: 측정 median / fit 예측 (µs), 상대 오차 = (예측 − 측정)/측정 — {title}"\n\n    {points}'])
+
+
+# --8<-- [start:tabs]
+def fit_tab(plat) -> str:
+    """Experiment 2 on one hardware: every timing run fitted under its backend's models."""
+    runs = timing_runs(plat)
+    if not runs:
+        return _missing(plat, "시간을 비교할 수 있는 (N ≥ 2, CPU 면 N ≤ core 수)")
+    backend = runs[0].hardware["backend"]
+    return "\n\n".join(f"**N = {r.hardware['world_size']} {_unit(plat)}, {backend}**\n\n"
+                        + fit_block(r, f"{backend}, {r.hardware['world_size']} {_unit(plat)}") for r in runs)
+
+
+def reduce_scatter_tab(plat) -> str:
+    """Which reduce-scatter the backend runs: the measured time ratio RS/AR at S ≥ 1 MiB against the
+    textbook ring's (N−1)/N ÷ 2(N−1)/N = 0.5 and an all-reduce-priced RS's 1; on gloo, the refit too."""
+    lines = []
+    for r in [r for r in plat.runs if r.hardware["world_size"] >= 2]:
+        n = r.hardware["world_size"]
+        ar = {m["bytes"]: m["time_us_median"] for m in measured(r, "all_reduce")}
+        rs = {m["bytes"]: m["time_us_median"] for m in measured(r, "reduce_scatter")}
+        ratio = float(np.median([rs[s] / ar[s] for s in rs if s in ar and s >= 1 << 20]))
+        near = "all_reduce 의 비용 (1)" if abs(np.log(ratio)) < abs(np.log(ratio / 0.5)) else "교과서 ring (0.5)"
+        lines.append(f"- N = {n} {_unit(plat)}{' (과다 구독)' if oversubscribed(r) else ''}: S ≥ 1 MiB 에서 reduce_scatter "
+                     f"시간 / all_reduce 시간의 median = {ratio:.2f}, {near} 에 더 가깝습니다.")
+    base = next(iter(timing_runs(plat)), None)
+    if base is not None and base.hardware["backend"] == "gloo":
+        n = base.hardware["world_size"]
+        fits = fit_all(base)
+        textbook = fit_collective(measured(base, "reduce_scatter"), RING_REDUCE_SCATTER, n)
+        lines += [f"- N = {n} 에서 다시 fit: all_reduce 의 1/β = {fits['all_reduce']['bandwidth_GBps']:.3f} GB/s; "
+                  f"reduce_scatter 를 gloo 모델 (= all_reduce) 로 1/β = {fits['reduce_scatter']['bandwidth_GBps']:.3f} GB/s, "
+                  f"S* = {_size(fits['reduce_scatter']['s_star'])}; 교과서 ring 모델로 1/β = "
+                  f"{textbook['bandwidth_GBps']:.3f} GB/s, S* = {_size(textbook['s_star'])} (잔차도 같음: "
+                  f"{np.allclose(textbook['rel_residuals'], fits['reduce_scatter']['rel_residuals'])})"]
+    return "\n".join(lines) or _missing(plat, "N ≥ 2 인")
+
+
+def oversubscription_tab(plat) -> str:
+    """Experiment 3 on one hardware: small-message times from the smallest to the largest N against the
+    step-count ratio; on CPU, the fit of every oversubscribed run."""
+    from snippets import results
+
+    runs = [r for r in plat.runs if r.hardware["world_size"] >= 2]
+    if len(runs) < 2:
+        return _missing(plat, "N 이 둘 이상인")
+    small, large = runs[0], runs[-1]
+    n1, n2 = small.hardware["world_size"], large.hardware["world_size"]
+    rows = oversubscription_rows(small, large)
+    cores = ", ".join(f"N={r.hardware['world_size']}: {r.hardware['cpu_count']}" for r in runs)
+    state = (f"N = {n2} 은 core 보다 process 가 많습니다 (과다 구독)." if oversubscribed(large) else
+             f"rank 마다 GPU 가 하나라 N = {n2} 도 과다 구독이 아닙니다." if plat.is_gpu else
+             f"N = {n2} 도 core 수 이하입니다.")
+    table = results.markdown_table(
+        ["collective", f"S ≤ 1 KiB median, N={n1}", f"S ≤ 1 KiB median, N={n2}", f"측정 비 N={n2}/N={n1}",
+         f"step 수 비 a({n2})/a({n1})"],
+        [[r["op"], f"{r['t_small']:,.0f} µs", f"{r['t_large']:,.0f} µs", f"{r['measured_ratio']:.1f}×",
+          f"{r['step_ratio']:.1f}×"] for r in rows])
+    far = [r["op"] for r in rows if r["measured_ratio"] > 2 * r["step_ratio"]]
+    near = [r["op"] for r in rows if r["measured_ratio"] <= 2 * r["step_ratio"]]
+    out = [f"{'CPU cores' if not plat.is_gpu else 'host CPU cores'} ({cores}). {state}", table,
+           f"측정 비가 step 수 비의 2 배를 넘는 collective: {', '.join(far) or '없음'}; 2 배 이내: {', '.join(near) or '없음'}."]
+    for r in [r for r in runs if oversubscribed(r)]:
+        n = r.hardware["world_size"]
+        out += [f"**N = {n} processes 의 fit (과다 구독)**", fit_block(r, f"{r.hardware['backend']}, {n} processes on "
+                                                                     f"{r.hardware['cpu_count']} cores (oversubscribed)")]
+    return "\n\n".join(out)
+
+
+def crossover_tab(plat) -> str:
+    """Experiment 4 on one hardware: its all_reduce fit at the smallest timing N as the link constants,
+    extrapolated to larger N."""
+    from snippets import results
+
+    runs = timing_runs(plat)
+    if not runs:
+        return _missing(plat, "fit 할 수 있는 (N ≥ 2, CPU 면 N ≤ core 수)")
+    base = runs[0]
+    n0 = base.hardware["world_size"]
+    f = fit_all(base)["all_reduce"]
+    a, b = f["alpha"], f["beta"]
+    fmt = lambda v: ("없음 (ring 이 항상 느림)" if v == float("inf") else  # noqa: E731
+                     "모든 S (ring 이 항상 빠르거나 같음)" if v == 0 else _size(v))
+    rows = crossover_table(a, b)
+    big = [r["N"] for r in crossover_table(a, b, ns=2 ** np.arange(1, 11)) if r["ring S*"] > 25 * 2**20]
+    first = f"{big[0]}" if big else "1024 까지 없음"
+    label = f"{base.hardware['backend']}, N = {n0} 의 fit 상수 (α = {a * 1e6:.3g} µs, 1/β = {1 / b / 1e9:.3g} GB/s) 로 외삽"
+    return "\n\n".join([
+        f"fit 상수 (all_reduce, N = {n0} {_unit(plat)}): α = {a * 1e6:.3g} µs, 1/β = {1 / b / 1e9:.3g} GB/s, "
+        f"α/β = {_size(a / b)}; 측정된 N = {n0} 의 경계 S* = {_size(f['s_star'])}. "
+        f"N ≠ {n0} 의 값은 측정이 아니라 외삽입니다.",
+        results.markdown_table(["N", "ring 의 S* = Nα/β", "ring 이 recursive doubling 을 이기는 S",
+                                "ring 이 double binary tree 를 이기는 S"],
+                               [[r["N"], fmt(r["ring S*"]), fmt(r["recursive doubling"]), fmt(r["double binary tree"])]
+                                for r in rows]),
+        f"Ring 의 S* 가 25 MiB 를 넘는 가장 작은 2 의 거듭제곱 N: {first}",
+        crossover_figure(a, b, label)])
+# --8<-- [end:tabs]
+
+
+def fit_spread_tab(plat) -> str:
+    """Exercise 3 (a): how far the fitted constants of one hardware's collectives are from one link constant."""
+    runs = timing_runs(plat)
+    if not runs:
+        return _missing(plat, "fit 할 수 있는")
+    out = []
+    for r in runs:
+        fits = fit_all(r)
+        bws = {op: f["bandwidth_GBps"] for op, f in fits.items()}
+        alphas = {op: f["alpha"] * 1e6 for op, f in fits.items()}
+        out.append(f"- N = {r.hardware['world_size']} {_unit(plat)}: 1/β 최소 {min(bws.values()):.3g} GB/s "
+                   f"({min(bws, key=bws.get)}), 최대 {max(bws.values()):.3g} GB/s ({max(bws, key=bws.get)}), 비 "
+                   f"{max(bws.values()) / min(bws.values()):.1f}×; α 최소 {min(alphas.values()):.3g} µs, 최대 "
+                   f"{max(alphas.values()):.3g} µs")
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------- experiment 7: the device's own copy rate
+
+MEM_PROGRAM = "mem_bandwidth"
+COLL_PROGRAM = "collectives_bench"
+
+
+# --8<-- [start:ceiling]
+def copy_ceiling(result) -> dict:
+    """The fastest device-to-device copy of one mem_bandwidth file (bytes copied / time, over its sizes) and the
+    copy at its largest size (a buffer far larger than any cache: the DRAM or HBM rate itself)."""
+    d2d = result.measurements["device_to_device"]
+    best = max(d2d["rows"], key=lambda r: r["GBps"])
+    big = max(d2d["rows"], key=lambda r: r["bytes"])
+    return {"memory": d2d["memory"], "GBps": best["GBps"], "at": best["bytes"], "largest_GBps": big["GBps"],
+            "largest": big["bytes"], "by_size": {r["bytes"]: r["GBps"] for r in d2d["rows"]}}
+
+
+def best_busbw(result) -> dict[str, dict]:
+    """Per collective of one collectives_bench file: its largest measured busbw and the size it came at."""
+    out = {}
+    for m in result.measurements:
+        if m["op"] not in out or m["busbw_GBps"] > out[m["op"]]["GBps"]:
+            out[m["op"]] = {"GBps": m["busbw_GBps"], "at": m["bytes"]}
+    return out
+# --8<-- [end:ceiling]
+
+
+def same_hardware(plat, program: str):
+    """The Platform of `program`'s results on the hardware of `plat` (same kind, backend, GPU model), or None."""
+    from snippets import results
+
+    h = plat.runs[0].hardware
+    key = (h["kind"], h["backend"], h.get("gpu_name"))
+    try:
+        others = results.platforms(results.experiment(program))
+    except results.ResultsError:
+        return None
+    return next((p for p in others if (p.runs[0].hardware["kind"], p.runs[0].hardware["backend"],
+                                       p.runs[0].hardware.get("gpu_name")) == key), None)
+
+
+def same_size_ratios(ceiling: dict, coll_run) -> list[dict]:
+    """At every size both files measured: each collective's busbw over the copy rate at that size."""
+    return [{"op": m["op"], "bytes": m["bytes"], "ratio": m["busbw_GBps"] / ceiling["by_size"][m["bytes"]]}
+            for m in coll_run.measurements if m["bytes"] in ceiling["by_size"]]
+
+
+def ceiling_tab(plat) -> str:
+    """Experiment 7 on one hardware: the copy rate by size, its maximum as the ceiling, and the collectives
+    this page measured on the same hardware (collectives_bench, experiment 2) read against it."""
+    from snippets import results
+
+    run = plat.runs[0]
+    c = copy_ceiling(run)
+    coll = same_hardware(plat, COLL_PROGRAM)
+    runs = timing_runs(coll) if coll else []
+    ar = {m["bytes"]: m["busbw_GBps"] for m in measured(runs[0], "all_reduce")} if runs else {}
+    n0 = f"N = {runs[0].hardware['world_size']}" if runs else ""
+    rows = [[_size(r["bytes"]), f"{r['time_us_median']:,.2f}", f"{r['GBps']:,.2f}", f"{r['traffic_GBps']:,.2f}",
+             f"{ar[r['bytes']]:,.3g}" if r["bytes"] in ar else "—",
+             f"{ar[r['bytes']] / r['GBps']:.1%}" if r["bytes"] in ar else "—"]
+            for r in run.measurements["device_to_device"]["rows"]]
+    table = results.markdown_table(["S", "copy 시간 (µs, median)", "copy GB/s (bytes / 시간)", "읽기 + 쓰기 GB/s",
+                                    f"all_reduce busbw, {n0 or '—'} (GB/s)", "busbw / copy"], rows)
+    lines = [f"천장 (이 파일의 최댓값): **{c['GBps']:,.2f} GB/s** (S = {_size(c['at'])}); 가장 큰 크기 "
+             f"{_size(c['largest'])} 의 복사: {c['largest_GBps']:,.2f} GB/s"]
+    if not runs:
+        lines.append(f"이 하드웨어에는 이 페이지의 collective 측정 (`{COLL_PROGRAM}`, 시간을 비교할 수 있는 N ≥ 2) 이 없어 "
+                     "나란히 놓을 busbw 가 없습니다.")
+    for r in runs:
+        best = best_busbw(r)
+        top = max(best, key=lambda op: best[op]["GBps"])
+        near = max(same_size_ratios(c, r), key=lambda x: x["ratio"], default=None)
+        lines.append(f"N = {r.hardware['world_size']} {_unit(coll)} ({r.hardware['backend']}): 가장 빠른 collective "
+                     f"{top} 의 busbw {best[top]['GBps']:,.3g} GB/s (S = {_size(best[top]['at'])}) = 천장의 "
+                     f"{best[top]['GBps'] / c['GBps']:.1%}; " + ", ".join(
+                         f"{op} {b['GBps'] / c['GBps']:.1%}" for op, b in best.items() if op != top)
+                     + f"; 천장을 넘은 collective {sum(b['GBps'] > c['GBps'] for b in best.values())} 개"
+                     + ("" if near is None else f"; 같은 S 에서 복사 속도에 가장 가까운 점: {near['op']}, "
+                        f"S = {_size(near['bytes'])}, busbw / copy = {near['ratio']:.1%}"))
+    head = (f"{c['memory']} 안의 복사 (`Tensor.copy_`, uint8, torch threads {run.params['torch_threads']}); 복사가 "
+            f"맞는지 검사: **{run.measurements['check']['ok']}**")
+    return "\n\n".join([head, table, "\n".join(f"- {x}" for x in lines)])

@@ -1,7 +1,8 @@
 """Ch2-01 Data Parallelism 의 기본: the gradient-mean identity, its floating-point shadow, real DDP, and memory.
 
 Build-time cells use NumPy and single-process torch; the DDP measurements are the committed results of
-gpu_runs/ddp_bench.py (its `equivalence` section); the memory formula is snippets/common/zero_memory.py.
+gpu_runs/ddp_bench.py (its `equivalence` section), one tab per hardware; the memory formula is
+snippets/common/zero_memory.py.
 """
 from __future__ import annotations
 
@@ -73,9 +74,13 @@ def ddp_order_vs_global(dtype, n: int = 4, b: int = 16, d: int = 32, seed: int =
 # --8<-- [end:fp]
 
 
-def runs():
-    """The committed CPU results of gpu_runs/ddp_bench.py, by world size."""
-    return {r.hardware["world_size"]: r for r in results.load("ddp_bench", kind="cpu")}
+PROGRAM = "ddp_bench"
+
+
+def unit(plat_or_run) -> str:
+    """'GPUs' or 'processes': what one rank is on this hardware."""
+    kind = plat_or_run.kind if hasattr(plat_or_run, "kind") else plat_or_run.hardware["kind"]
+    return "GPUs" if kind == "gpu" else "processes"
 
 
 def equivalence_rows(run) -> list[list]:
@@ -85,6 +90,37 @@ def equivalence_rows(run) -> list[list]:
              f"{r['max_abs_param_diff']:.1e}", f"{r['params_differing']:,} / {eq['psi']:,}",
              "✅" if r["ranks_bitwise_equal"] else "❌", "✅" if r["bitwise_equal_to_reference"] else "❌"]
             for r in eq["rows"]]
+
+
+def equivalence_readings(run) -> list[str]:
+    """Experiment 3's readings of one results file (Theorem 2.1.5's two halves)."""
+    rows = run.measurements["equivalence"]["rows"]
+    eps = float(torch.finfo(torch.float32).eps)
+    dloss = max(abs(r["ddp_loss"] - r["ref_loss"]) for r in rows)
+    dtheta = max(r["max_abs_param_diff"] for r in rows)
+    counts = [r["params_differing"] for r in rows]
+    grows = all(a < b for a, b in zip(counts, counts[1:]))
+    ranks = all(r["ranks_bitwise_equal"] for r in rows)
+    ref = sum(r["bitwise_equal_to_reference"] for r in rows)
+    return [f"|Δloss| 의 최댓값 {dloss:.1e} (fp32 ε ≈ {eps:.1e} 의 {dloss / eps:.1f} 배)",
+            f"max |Δθ| 의 최댓값 {dtheta:.1e}; 한 process 와 다른 원소 수는 step 마다 "
+            + ("늘어남" if grows else f"늘지 않음 ({' → '.join(map(str, counts))})"),
+            f"rank 끼리 bit 단위로 같은 step: {sum(r['ranks_bitwise_equal'] for r in rows)} / {len(rows)}"
+            + (" (모든 step)" if ranks else " — **모든 step 은 아님**"),
+            f"한 process 와 bit 단위로 같은 step: {ref} / {len(rows)}"]
+
+
+# --8<-- [start:tab]
+def equivalence_tab(plat) -> str:
+    """Experiment 3 on one hardware: every world size it measured, and what the rows say."""
+    out = [results.markdown_table(["N", "step", "DDP loss (rank 평균)", "한 process loss", "|Δloss|", "max |Δθ|",
+                                   "다른 원소 / ψ", "rank 끼리 bit 단위로 같음", "한 process 와 bit 단위로 같음"],
+                                  [row for r in plat.runs for row in equivalence_rows(r)])]
+    for r in plat.runs:
+        out.append(f"**N = {r.hardware['world_size']} {unit(plat)}, {r.hardware['backend']}**: "
+                   + "; ".join(equivalence_readings(r)) + ".")
+    return "\n\n".join(out)
+# --8<-- [end:tab]
 
 
 # --8<-- [start:memory]

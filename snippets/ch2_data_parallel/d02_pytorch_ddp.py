@@ -2,7 +2,7 @@
 
 The sampler and normalisation cells call the installed torch classes in-process (DistributedSampler accepts
 num_replicas and rank without a process group); the DDP measurements are the committed results of
-gpu_runs/ddp_bench.py (sections construction, buffers, batch_stats).
+gpu_runs/ddp_bench.py (sections construction, buffers, batch_stats), one tab per hardware.
 """
 from __future__ import annotations
 
@@ -16,9 +16,11 @@ from torch.utils.data import DistributedSampler
 from snippets import results
 
 
-def runs():
-    """The committed CPU results of gpu_runs/ddp_bench.py, by world size."""
-    return {r.hardware["world_size"]: r for r in results.load("ddp_bench", kind="cpu")}
+PROGRAM = "ddp_bench"
+
+
+def _unit(plat) -> str:
+    return "GPUs" if plat.is_gpu else "processes"
 
 
 # --------------------------------------------------------------------- construction and buffers
@@ -54,6 +56,47 @@ def rank0_propagates(run) -> bool:
     rows = b["rows"]
     return all(rows[t + 1]["at_forward_start"][r] == rows[t]["after_forward"][0]
                for t in range(len(rows) - 1) for r in range(run.hardware["world_size"]))
+
+
+# --8<-- [start:tabs]
+def construction_tab(plat) -> str:
+    """Experiment 1 on one hardware: digests before and after wrapping, per world size."""
+    out = [results.markdown_table(["N", "rank", "감싸기 전", "`DDP(m)` 뒤", "`DDP(m, init_sync=False)` 뒤"],
+                                  [row for r in plat.runs for row in construction_rows(r)])]
+    for r in plat.runs:
+        c = construction_summary(r)
+        out.append(f"$N={r.hardware['world_size']}$ {_unit(plat)}: 서로 다른 상태의 수 — 감싸기 전 {c['distinct_before']}, "
+                   f"뒤 {c['distinct_after']} (모두 rank 0 의 감싸기 전 값: {c['after_is_rank0']}), "
+                   f"`init_sync=False` {c['distinct_init_sync_false']}")
+    return "\n\n".join(out)
+
+
+def buffers_tab(plat) -> str:
+    """Experiment 2 on one hardware: running_mean[0] at each forward's start and after it."""
+    table = results.markdown_table(["N", "`forward_sync_buffers`", "step", "forward 시작의 running_mean[0]", "rank 끼리 같음",
+                                    "forward 뒤", "rank 끼리 같음"], [row for r in plat.runs for row in buffer_rows(r)])
+    return (table + "\n\nforward t+1 의 시작 값 = rank 0 의 forward t 뒤 값 (모든 rank, `True`): "
+            + ", ".join(f"$N={r.hardware['world_size']}$ **{rank0_propagates(r)}**" for r in plat.runs))
+
+
+def batch_stats_tab(plat) -> str:
+    """Experiment 4 on one hardware: local vs global batch statistics, and whether nn.SyncBatchNorm ran
+    on this device (torch 2.13 runs it only on GPU-like devices)."""
+    out = []
+    for r in plat.runs:
+        s = batch_stats_row(r)
+        dev = "GPU" if plat.is_gpu else "CPU"
+        line = (f"{s['N']} {_unit(plat)} ({r.hardware['backend']}): rank 별 local 평균 (feature 0) "
+                f"{[round(v, 3) for v in s['local_mean0']]}, AllReduce (Σx, Σx², 개수) 로 만든 global 평균 "
+                f"{s['global_mean0']:.3f}; {dev} 에서 `nn.SyncBatchNorm` 실행: **{s['syncbn_runs']}**")
+        if s["syncbn_error"]:
+            line += f" — `{s['syncbn_error']}`"
+        if s.get("syncbn_running_mean_matches_global") is not None:
+            line += (f"; SyncBatchNorm 의 running_mean 이 global 통계로 갱신한 값과 같음: "
+                     f"**{s['syncbn_running_mean_matches_global']}**")
+        out.append(line)
+    return "\n\n".join(out)
+# --8<-- [end:tabs]
 
 
 # --------------------------------------------------------------------- DistributedSampler

@@ -23,9 +23,14 @@ from snippets.common import alphabeta as ab
 PROGRAM = "ddp_accumulation"
 
 
-def runs() -> dict[int, results.Result]:
-    """Committed CPU results of gpu_runs/ddp_accumulation.py by world size."""
-    return {r.hardware["world_size"]: r for r in results.load(PROGRAM, "cpu")}
+def _unit(plat) -> str:
+    return "GPUs" if plat.is_gpu else "processes"
+
+
+def timing_runs(plat) -> list:
+    """The runs of one hardware with a timing section (the program writes it only with timing on: on CPU
+    only as many processes as cores, GUIDE)."""
+    return [r for r in plat.runs if r.measurements.get("timing")]
 
 
 # --8<-- [start:counts]
@@ -201,7 +206,7 @@ def time_figure(run):
             label="no_sync + α-β 예측 추가분")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("micro-batch 수 M")
-    ax.set_ylabel("step 시간 중앙값 (ms, CPU)")
+    ax.set_ylabel(f"step 시간 중앙값 (ms, {'GPU' if run.hardware['kind'] == 'gpu' else 'CPU'})")
     ax.legend(fontsize=8)
     return figures.svg(fig)
 
@@ -214,3 +219,88 @@ def bn_summary(run) -> dict:
 
 def median_of(values) -> float:
     return statistics.median(values)
+
+
+# --------------------------------------------------------------------- one tab per hardware
+
+# --8<-- [start:tabs]
+def counts_tab(plat) -> str:
+    """Experiment 1 on one hardware: all-reduce launches per micro-batch against Theorem 2.4.4."""
+    out = []
+    for r in plat.runs:
+        rows, k0, k = count_rows(r)
+        ok = sum(row[2] == row[3] for row in rows)
+        out += [f"**N = {r.hardware['world_size']} {_unit(plat)}**, M = {r.params['M']}, 초기 bucket $n_{{b,0}}$ = {k0}, "
+                f"재구성 뒤 $n_b$ = {k} (bytes: {steady_buckets(r)})",
+                results.markdown_table(["모드", "step", "측정: micro-batch 별 all-reduce", "예측", "step 의 all-reduce bytes (측정)",
+                                        "예측 (S 또는 M·S)"], rows),
+                f"측정 = 예측인 (모드, step): {ok} / {len(rows)}"]
+    return "\n\n".join(out)
+
+
+def equality_tab(plat) -> str:
+    """Experiment 2 on one hardware: the accumulated gradient against the global batch's."""
+    out = []
+    for r in plat.runs:
+        m = r.measurements
+        out += [f"**N = {r.hardware['world_size']} {_unit(plat)}**, M = {r.params['M']}",
+                results.markdown_table(["정규화 층", "모드", "loss scale", "상대 차이 (global batch 대비)", "norm 비",
+                                        "rank 사이 bitwise 같음"], equality_rows(r)),
+                f"`no_sync` 대 매 micro-batch all-reduce: 상대 차이 {m['no_sync_vs_sync_every_max_rel']:.2e}, "
+                f"bitwise 같음 = {m['no_sync_vs_sync_every_bitwise']}"]
+    return "\n\n".join(out)
+
+
+def time_tab(plat) -> str:
+    """Experiment 4 on one hardware: step times of both modes against ΔT predicted from this hardware's
+    own all_reduce fit."""
+    runs = timing_runs(plat)
+    if not runs:
+        return f"이 하드웨어에는 시간을 잰 결과 (timing) 가 없습니다 (있는 N: {', '.join(map(str, sorted(plat.by_world)))})."
+    out = []
+    for r in runs:
+        rows, alpha, beta = time_rows(r)
+        n = r.hardware["world_size"]
+        big = rows[-1]
+        sign = "느립니다" if big["measured_extra_ms"] > 0 else "느리지 않습니다"
+        out += [f"**N = {n} {_unit(plat)}, {r.hardware['backend']}** — fit: α = {alpha * 1e6:.3g} µs, 1/β = "
+                f"{1 / beta / 1e9 if beta else float('inf'):.3g} GB/s (all_reduce {r.measurements['timing']['reps']} 회의 중앙값)",
+                results.markdown_table(["M", "no_sync (ms)", "매번 all-reduce (ms)", "측정 차이 (ms)", "예측 ΔT (ms)"],
+                                       [[x["M"], f"{x['no_sync_ms']:.3g}", f"{x['sync_every_ms']:.3g}",
+                                         f"{x['measured_extra_ms']:.3g}", f"{x['predicted_extra_ms']:.3g}"] for x in rows]),
+                f"$M = 1$ 의 두 열의 차이 (측정 잡음의 크기): {rows[0]['measured_extra_ms']:.3g} ms; 가장 큰 $M = {big['M']}$ 에서 "
+                f"매번 all-reduce 하는 쪽이 `no_sync` 보다 {sign} (차이 {big['measured_extra_ms']:.3g} ms, 예측 "
+                f"{big['predicted_extra_ms']:.3g} ms).",
+                time_figure(r)]
+    return "\n\n".join(out)
+
+
+def bn_tab(plat) -> str:
+    """Experiment 5 on one hardware: buffer broadcasts per micro-batch and what they overwrite."""
+    out = []
+    for r in plat.runs:
+        s = bn_summary(r)
+        bn_eq = [e for e in r.measurements["equality"] if e["norm"] == "batchnorm" and e["loss_divided_by_M"]][0]
+        out.append(f"- **N = {r.hardware['world_size']} {_unit(plat)}**: cycle 별 micro-batch 당 broadcast = {s['broadcasts']}; "
+                   f"cycle 끝 rank 간 running_mean 최대 차이 = {s['rank_spread_end_of_cycle']:.3g}, 다음 forward 의 broadcast "
+                   f"직후 = {s['rank_spread_after_broadcast']:.3g}; rank 0 의 running_mean 대 global batch 로 갱신한 running_mean = "
+                   f"{s['rank0_vs_global_batch_running_mean']:.3g} (값의 크기 {s['running_mean_scale']:.3g}); gradient 의 상대 차이 "
+                   f"(scale 1/M) = {bn_eq['max_rel_diff_vs_global']:.3g}")
+    return "\n".join(out)
+# --8<-- [end:tabs]
+
+
+def extrapolation_tab(plat, m: int = 8, ns=(2, 8, 64, 1024)) -> str:
+    """Exercise 2 on one hardware: its experiment-4 α, β and buckets, with N changed."""
+    runs = timing_runs(plat)
+    if not runs:
+        return f"이 하드웨어에는 시간을 잰 결과 (timing) 가 없습니다 (있는 N: {', '.join(map(str, sorted(plat.by_world)))})."
+    r = runs[0]
+    alpha, beta = fit_link(r)
+    buckets = steady_buckets(r)
+    lines = [f"N = {r.hardware['world_size']} {_unit(plat)} 의 fit (α = {alpha * 1e6:.3g} µs) 과 bucket {len(buckets)} 개로:"]
+    for n in ns:
+        a_term = (m - 1) * len(buckets) * 2 * (n - 1) * alpha
+        total = predicted_extra_seconds(n, buckets, m, alpha, beta)
+        lines.append(f"- N={n}: ΔT = {total * 1e3:.3g} ms, 그중 α 항 {a_term * 1e3:.3g} ms ({a_term / total:.0%})")
+    return "\n".join(lines)

@@ -1,7 +1,7 @@
 """Ch2-06 Async Updates — Hogwild! 와 Parameter Server: the code the page runs and the tests import.
 
 Distributed measurements (Hogwild! with shared-memory processes, torch's PostLocalSGDOptimizer,
-DiLoCo-style outer steps) come from gpu_runs/async_sgd.py's committed results. The bounded-staleness
+DiLoCo-style outer steps) come from gpu_runs/async_sgd.py's committed results, one tab per hardware. The bounded-staleness
 parameter server and elastic averaging are simulated here on a convex problem with a known optimum.
 """
 from __future__ import annotations
@@ -16,8 +16,8 @@ from snippets import results
 PROGRAM = "async_sgd"
 
 
-def runs() -> dict[int, results.Result]:
-    return {r.hardware["world_size"]: r for r in results.load(PROGRAM, "cpu")}
+def _unit(plat) -> str:
+    return "GPUs" if plat.is_gpu else "processes"
 
 
 # --8<-- [start:delay]
@@ -165,3 +165,53 @@ def curves_figure(run):
     ax1.set_ylabel(r"$\|\theta - \theta_{opt}\|$")
     ax1.legend(fontsize=7)
     return figures.svg(fig)
+
+
+# --------------------------------------------------------------------- one tab per hardware
+
+# --8<-- [start:tabs]
+def hogwild_tab(plat) -> str:
+    """Experiment 1 on one hardware's smallest run. Hogwild! forks processes from rank 0 on the host CPU
+    (shared memory), in a GPU run too: its wall time is always a host-CPU time."""
+    r = plat.runs[0]
+    rows = r.measurements["hogwild"]
+    sync = r.measurements["methods"]["sync"]["curve"][-1]["dist"]
+    host = r.hardware["cpu_count"]
+    where = (f"GPU 결과 파일이지만 Hogwild! 는 rank 0 의 host CPU (core {host} 개) 에서 fork 한 process 들입니다"
+             if plat.is_gpu else f"결과를 만든 machine 의 core 는 {host} 개입니다")
+    over = [x["workers"] for x in rows if x["workers"] > host]
+    return "\n\n".join([
+        results.markdown_table(["worker process P", "총 update", "‖θ − θ_opt‖", "loss − loss_opt", "wall (s, host CPU)"],
+                               [[x["workers"], x["updates_total"], f"{x['dist']:.4f}", f"{x['loss_gap']:.2e}", f"{x['wall_s']:.2f}"]
+                                for x in rows]),
+        f"출발점의 거리 ‖w_opt‖ = {r.measurements['w0_dist']:.3f}; 비교: 동기식 DDP ({r.hardware['world_size']} {_unit(plat)}) "
+        f"{r.params['steps']} step 뒤 {sync:.4f}. {where}"
+        + (f"; P = {', '.join(map(str, over))} 은 core 보다 process 가 많습니다." if over else ".")])
+
+
+def methods_tab(plat) -> str:
+    """Experiment 4 on one hardware: all-reduce counts and distances of every method, per world size."""
+    out = []
+    for r in plat.runs:
+        m = r.measurements["methods"]
+        out += [f"**N = {r.hardware['world_size']} {_unit(plat)}, {r.hardware['backend']}**, {r.params['steps']} step; "
+                f"PostLocalSGD H=1 대 동기식 DDP 의 최대 parameter 차이 {m['local_1']['max_diff_vs_sync']:.1e}",
+                results.markdown_table(["방법", "H", "all-reduce 횟수 (측정)", "마지막 ‖θ − θ_opt‖",
+                                        "rank 사이 최대 퍼짐 / 평균 직후"], method_rows(r))]
+    out.append(curves_figure(plat.runs[0]))
+    return "\n\n".join(out)
+
+
+def diloco_tab(plat) -> str:
+    """Experiment 5 on one hardware's smallest run: the outer-momentum curves, read."""
+    r = plat.runs[0]
+    m = r.measurements["methods"]
+    lines = []
+    for h in r.params["Hs"]:
+        d = [x["dist"] for x in m[f"diloco_{h}"]["curve"]]
+        loc = [x["dist"] for x in m[f"local_{h}"]["curve"]]
+        ups = sum(1 for a, b in zip(d, d[1:]) if b > a)
+        lines.append(f"- H={h}: outer Nesterov 의 거리 {d[0]:.2f} → 최소 {min(d):.3f} → 마지막 {d[-1]:.3f} "
+                     f"(기록 지점 사이에서 거리가 늘어난 횟수 {ups}); 평균만 하는 local SGD 는 마지막 {loc[-1]:.3f}")
+    return f"N = {r.hardware['world_size']} {_unit(plat)}\n\n" + "\n".join(lines)
+# --8<-- [end:tabs]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from snippets import results
+from snippets.ch3_tensor_parallel import missing
 from snippets.common import figures
 from snippets.common.zero_memory import GB, zero_memory_bytes
 
@@ -77,8 +78,22 @@ def naive_step_p2p_bytes(p: int, b: int, s: int, h: int, e: int = 2) -> int:
 # --------------------------------------------------------------------------- measured
 
 def naive_runs():
-    """tp_bench results that contain the two-process naive split."""
-    return [r for r in results.load("tp_bench", kind="cpu") if "naive_split" in r.measurements]
+    """tp_bench results (every hardware) that contain the two-rank naive split (world size 2 only)."""
+    return [r for r in results.experiment("tp_bench") if "naive_split" in r.measurements]
+
+
+def tab_runs():
+    """What the page's tabs show: per hardware its naive-split runs, or, where it has none (e.g. a run on
+    8 GPUs only), all its tp_bench runs, so that its tab exists and says what is missing."""
+    out = []
+    for plat in results.platforms(results.experiment("tp_bench")):
+        mine = [r for r in plat.runs if "naive_split" in r.measurements]
+        out += mine or plat.runs
+    return out
+
+
+def naive_run(plat):
+    return next((r for r in plat.runs if "naive_split" in r.measurements), None)
 
 
 def measured_naive(r) -> dict:
@@ -101,11 +116,11 @@ def measured_naive(r) -> dict:
     return out
 
 
-def timeline_figure(sim: dict, measured: list | None = None) -> str:
-    """Gantt chart: the simulated naive split (top) and, if given, the measured one (bottom)."""
+def timeline_figure(sim: dict, measured: list | None = None, hardware: str = "CPU, gloo") -> str:
+    """Gantt chart: the simulated naive split (top) and, if given, the one measured on `hardware` (bottom)."""
     rows = [("시뮬레이션", sim["intervals"])]
     if measured:
-        rows.append(("측정 (CPU, gloo)", [[(s, e, k) for k, s, e in tl] for tl in measured]))
+        rows.append((f"측정 ({hardware})", [[(s, e, k) for k, s, e in tl] for tl in measured]))
     fig, axes = figures.new(7, 1.2 + 1.1 * len(rows) * len(sim["intervals"]) / 2, nrows=len(rows), squeeze=False)
     colors = {"F": "#4c78a8", "B": "#f58518"}
     for ax, (title, intervals) in zip(axes[:, 0], rows):
@@ -122,3 +137,33 @@ def timeline_figure(sim: dict, measured: list | None = None) -> str:
                       loc="upper right", fontsize=8)
     fig.tight_layout()
     return figures.svg(fig)
+
+
+# --------------------------------------------------------------------------- per-hardware tabs (plumbing)
+
+def no_naive(plat) -> str:
+    return missing(plat, "naive split 은 world size 2 에서만 돕니다: 이 하드웨어에는 N = 2 측정이 없습니다")
+
+
+def step_table(m: dict) -> str:
+    """Experiment 3's table: per rank, median step and compute time, their ratio, the gradient check."""
+    return results.markdown_table(
+        ["rank", "step (ms, median)", "계산 (ms, median)", "계산 비율", "reference 와의 gradient 차이"],
+        [[x["rank"], f"{x['step'] * 1e3:.2f}", f"{x['busy'] * 1e3:.2f}", f"{x['busy_fraction']:.2f}",
+          f"{x['grad_diff']:.1e}"] for x in m["ranks"]])
+
+
+def untimed(plat) -> str:
+    return missing(plat, "이 하드웨어의 N = 2 결과는 timeline 없이 (`--no-timing`) 잰 것입니다: 시간 측정이 없습니다")
+
+
+def bytes_tab(plat) -> str:
+    """Experiment 4 on one hardware: sends, bytes and the formula per rank, with the run's shape."""
+    run = naive_run(plat)
+    if run is None:
+        return no_naive(plat)
+    nc = run.measurements["naive_split"][0]
+    m = measured_naive(run)
+    return (f"rows = {nc['rows']}, width = {nc['width']}, fp32 ($e = {nc['elem_bytes']}$)\n\n" +
+            results.markdown_table(["rank", "send 호출", "보낸 bytes", "받은 bytes", "rows·width·4"],
+                                   [[x["rank"], x["sends"], x["sent"], x["recv"], x["formula"]] for x in m["ranks"]]))

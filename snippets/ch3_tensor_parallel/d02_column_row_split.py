@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from snippets import results
+from snippets.ch3_tensor_parallel import shape_line
 
 
 # --8<-- [start:split]
@@ -137,7 +138,8 @@ def float32_gap(n=64, k=512, m=64, t=4, seed=0) -> dict:
 # --------------------------------------------------------------------------- measured (tp_bench)
 
 def tp_runs():
-    return results.load("tp_bench", kind="cpu")
+    """Every tp_bench results file, on every hardware (CPU first)."""
+    return results.experiment("tp_bench")
 
 
 def case(run, name: str, x_requires_grad: bool = True) -> dict:
@@ -161,3 +163,28 @@ def measured_rows(runs=None, names=("col", "row")) -> list[dict]:
                          "diff": c["max_abs_diff"], "bitwise": c["bitwise_equal_output"],
                          "same_on_every_rank": c["same_on_every_rank"]})
     return rows
+
+
+# --------------------------------------------------------------------------- per-hardware tabs (plumbing)
+
+def shapes(plat) -> str:
+    """The shapes of this hardware's runs (one line per distinct preset)."""
+    return "; ".join(sorted({shape_line(r) for r in plat.runs})) + "\n\n"
+
+
+def dtensor_tab(plat) -> str:
+    """Experiment 3 on one hardware: placements, collectives per pass and their bytes against b·s·h·4, per t."""
+    rows = measured_rows(plat.runs)
+    return shapes(plat) + results.markdown_table(
+        ["t", "layer", "weight", "bias", "forward", "backward", "bytes", "b·s·h·4", "rank 간 동일"],
+        [[r["t"], r["case"], r["weight"], r["bias"], r["forward"] or "없음", r["backward"] or "없음",
+          r["fwd_bytes"] + r["bwd_bytes"], r["input"][0] * r["input"][1] * min(r["input"][2], r["output"][2]) * 4,
+          r["same_on_every_rank"]] for r in rows])
+
+
+def agreement_tab(plat) -> str:
+    """Experiment 4 on one hardware: largest |difference| from the unsharded layer, per t."""
+    return shapes(plat) + results.markdown_table(
+        ["t", "layer", "출력 max |차|", "입력 grad max |차|", "weight grad max |차|", "출력 비트 동일"],
+        [[r["t"], r["case"], f"{r['diff']['output']:.1e}", f"{r['diff']['input_grad']:.1e}",
+          f"{r['diff']['param_grad']:.1e}", r["bitwise"]] for r in measured_rows(plat.runs)])

@@ -10,7 +10,8 @@ import math
 import numpy as np
 
 from snippets import results
-from snippets.ch3_tensor_parallel.d02_column_row_split import SimGroup, f_backward, f_forward, g_backward, g_forward
+from snippets.ch3_tensor_parallel.d02_column_row_split import (SimGroup, f_backward, f_forward, g_backward, g_forward,
+                                                               shapes)
 
 
 def gelu(x):
@@ -92,7 +93,8 @@ def order_costs(t: int, b: int, s: int, h: int, e: int = 2) -> dict:
 # --------------------------------------------------------------------------- measured (tp_bench)
 
 def tp_runs():
-    return results.load("tp_bench", kind="cpu")
+    """Every tp_bench results file, on every hardware (CPU first)."""
+    return results.experiment("tp_bench")
 
 
 def measured(run, name: str, x_requires_grad: bool = True) -> dict:
@@ -106,3 +108,27 @@ def measured(run, name: str, x_requires_grad: bool = True) -> dict:
 def measured_rows(runs=None) -> list[dict]:
     return [measured(r, name, xg) for r in (runs or tp_runs())
             for name, xg in (("mlp", False), ("mlp", True), ("mlp_row_then_col", True))]
+
+
+# --------------------------------------------------------------------------- per-hardware tabs (plumbing)
+
+def in_bsh4(calls, r) -> str:
+    """Collectives of one pass, each as its bytes over one fp32 activation b·s·h·4."""
+    return ", ".join(f"{op} {nb / (r['b'] * r['s'] * r['h'] * 4):g}·bsh·4" for op, nb in calls) or "없음"
+
+
+def orders_tab(plat) -> str:
+    """Experiment 3 on one hardware: both orders' collectives per pass (input needs its gradient), per t."""
+    rows = [[r["t"], r["case"], in_bsh4(r["forward"], r), in_bsh4(r["backward"], r), f"{max(r['diff'].values()):.1e}",
+             r["same"]] for r in measured_rows(plat.runs) if r["x_requires_grad"]]
+    return shapes(plat) + results.markdown_table(
+        ["t", "plan", "forward", "backward", "unsharded 와 max |차|", "rank 간 동일"], rows)
+
+
+def requires_grad_tab(plat) -> str:
+    """Experiment 4 on one hardware: the Megatron MLP with x.requires_grad False and True, per t (first line:
+    the measured shape, as the page says of every tab)."""
+    return shapes(plat) + results.markdown_table(
+        ["t", "x.requires_grad", "forward collectives", "backward collectives"],
+        [[r["t"], r["x_requires_grad"], [op for op, _ in r["forward"]], [op for op, _ in r["backward"]] or "없음"]
+         for r in measured_rows(plat.runs) if r["case"] == "mlp"])

@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from snippets import results
+from snippets.ch3_tensor_parallel import case_tolerance, case_within, tolerance_rule
+from snippets.ch3_tensor_parallel.d02_column_row_split import shapes
 
 
 # --8<-- [start:attention]
@@ -106,7 +108,8 @@ def rank_can_attend(owned: set) -> bool:
 # --------------------------------------------------------------------------- measured (tp_bench)
 
 def tp_runs():
-    return results.load("tp_bench", kind="cpu")
+    """Every tp_bench results file, on every hardware (CPU first)."""
+    return results.experiment("tp_bench")
 
 
 def measured(run, name: str) -> dict:
@@ -114,8 +117,48 @@ def measured(run, name: str) -> dict:
     b, s, h = c["shapes"]["input"]
     return {"t": c["t"], "case": name, "b": b, "s": s, "h": h, "a": run.params["a"],
             "forward": [tuple(x) for x in c["forward_calls"]], "backward": [tuple(x) for x in c["backward_calls"]],
-            "diff": c["max_abs_diff"], "same": c["same_on_every_rank"], "bitwise": c["bitwise_equal_output"]}
+            "diff": c["max_abs_diff"], "same": c["same_on_every_rank"], "bitwise": c["bitwise_equal_output"],
+            "tol": case_tolerance(c), "within": case_within(c), "rule": tolerance_rule(c)}
 
 
 def measured_rows(runs=None, names=("attn_separate", "attn_prepared", "attn_fused", "block")) -> list[dict]:
     return [measured(r, n) for r in (runs or tp_runs()) for n in names]
+
+
+# --------------------------------------------------------------------------- per-hardware tabs (plumbing)
+
+def indivisible_tab(plat) -> str:
+    """Experiment 2's measured line on one hardware: what DTensor did with a = t + 1 heads, per t."""
+    lines = []
+    for run in plat.runs:
+        ih = run.measurements["indivisible_heads"]
+        lines.append(f"- DTensor, a = {ih['a']}, t = {ih['t']}, d_h = {ih['head_dim']}: rank 당 q 열 {ih['local_q_columns']} → "
+                     f"`{ih['outcome']}: {ih['message']}`")
+    return "\n".join(lines)
+
+
+def qkv_tab(plat) -> str:
+    """Experiment 3 on one hardware: the three attention plans' collectives, sizes in b·s·h·4, agreement, per t."""
+    rows = measured_rows(plat.runs, names=("attn_separate", "attn_prepared", "attn_fused"))
+    S = lambda r: r["b"] * r["s"] * r["h"] * 4  # noqa: E731
+    return shapes(plat) + results.markdown_table(
+        ["t", "plan", "forward", "backward", "bytes / (b·s·h·4)", "unsharded 와 max |차|", "rank 간 동일"],
+        [[r["t"], r["case"], [op for op, _ in r["forward"]], [op for op, _ in r["backward"]],
+          [nb // S(r) for _, nb in r["forward"] + r["backward"]], f"{max(r['diff'].values()):.1e}", r["same"]]
+         for r in rows])
+
+
+def block_table(rows) -> str:
+    """Experiment 4's table: collectives and the three differences, each beside the bound the run judged it by
+    (its own per-quantity tolerance, tp_bench.py run_case), per t."""
+    def cell(r, q):
+        return f"{r['diff'][q]:.1e} (≤ {r['tol'][q]:.1e})"
+    return results.markdown_table(
+        ["t", "b, s, h, a", "forward", "backward", "출력 |차| (≤ 한계)", "입력 grad |차| (≤ 한계)",
+         "param grad |차| (≤ 한계)", "모든 rank 가 한계 안", "비트 동일"],
+        [[r["t"], f"{r['b']}, {r['s']}, {r['h']}, {r['a']}", [op for op, _ in r["forward"]],
+          [op for op, _ in r["backward"]], cell(r, "output"), cell(r, "input_grad"), cell(r, "param_grad"),
+          r["within"], r["bitwise"]]
+         for r in rows]) + "\n\n한계: " + "; ".join(
+            f"t = {', '.join(str(r['t']) for r in rows if r['rule'] == rule)}: {rule}"
+            for rule in dict.fromkeys(r["rule"] for r in rows))

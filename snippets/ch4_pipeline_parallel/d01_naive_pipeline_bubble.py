@@ -4,15 +4,16 @@ from __future__ import annotations
 import numpy as np
 
 from snippets import results
+from snippets.ch4_pipeline_parallel import gantt, missing, the_run
 from snippets.common import figures
 from snippets.common import pipeline_sim as ps
 
 PROGRAM = "pipeline_bench"
 
 
-def bench() -> results.Result:
-    """The committed CPU result of gpu_runs/pipeline_bench.py (2 processes, gloo)."""
-    return results.load(PROGRAM, kind="cpu")[0]
+def runs() -> list[results.Result]:
+    """Every results file of gpu_runs/pipeline_bench.py (2 ranks), on every hardware (CPU first)."""
+    return results.experiment(PROGRAM)
 
 
 def entry(run: results.Result, schedule: str, variant: str, m: int) -> dict:
@@ -69,9 +70,9 @@ def gantt_figure(panels, width=7.5, unit=1.0, xlabel="time") -> str:
     fig, axes = figures.new(width, 1.0 + 1.1 * sum(len(r) for _, r, _ in panels) / 2,
                             nrows=len(panels), squeeze=False)
     for ax, (title, rows, u) in zip(axes[:, 0], panels):
-        ps.gantt(ax, rows, title, unit=u)
+        gantt(ax, rows, title, unit=u)
         ax.set_xlabel(xlabel if u == 1.0 else "ms")
-    fig.tight_layout()
+    fig.subplots_adjust(hspace=1.2, left=0.09, right=0.99, top=0.9, bottom=0.15)  # fixed margins: tight_layout re-measures every label
     return figures.svg(fig)
 
 
@@ -81,8 +82,8 @@ def naive_gantt() -> str:
                         xlabel="시간 (T_F 단위)")
 
 
-def measured_gantt(run) -> str:
-    panels = [(f"측정: GPipe m = 1 = naive, {v} 변형, 2 processes", ps.measured_rows(entry(run, "gpipe", v, 1)), 1e-3)
+def measured_gantt(run, hardware: str) -> str:
+    panels = [(f"측정 ({hardware}): GPipe m = 1 = naive, {v} 변형", ps.measured_rows(entry(run, "gpipe", v, 1)), 1e-3)
               for v in ("sleep", "real")]
     return gantt_figure(panels)
 
@@ -103,3 +104,27 @@ def naive_with_comm(p: int, t_stage: float, t_hop: float) -> dict:
     return {"makespan": tl.makespan, "fraction": tl.bubble_fraction(), "relative": tl.bubble_relative(),
             "formula_makespan": p * t_stage + 2 * (p - 1) * t_hop}
 # --8<-- [end:comm]
+
+
+# --------------------------------------------------------------------------- per-hardware tabs (plumbing)
+
+def measured_table(run) -> str:
+    """Experiment 2's table: the naive pipeline (GPipe, m = 1) of both variants, measured."""
+    rows = [measured_row(entry(run, "gpipe", v, 1)) for v in ("sleep", "real")]
+    return results.markdown_table(["변형", "m", "makespan (ms)", "rank 0 / 1 일한 시간 (ms)", "𝓑_tot (median step)",
+                                   "𝓑_tot (모든 step 의 범위)", "𝓑_ideal", "두 rank 가 동시에 계산한 시간 (ms)"], rows)
+
+
+def hop_tab(plat) -> str:
+    """Experiment 4's measured part on one hardware: T − ΣT_busy,r and the T_hop it implies, per variant."""
+    run = the_run(plat)
+    if run is None:
+        return missing(plat)
+    lines = []
+    for v in ("sleep", "real"):
+        b = ps.measured_bubbles(ps.measured_rows(entry(run, "gpipe", v, 1)))
+        gap = b["makespan"] - sum(b["busy"])
+        lines.append(f"- 측정 ({v}): T − ΣT_busy,r = {gap * 1e3:.2f} ms → 경계 하나당 T_hop ≈ "
+                     f"{gap / 2 / (run.params['p'] - 1) * 1e3:.2f} ms (ΣT_busy,r = {sum(b['busy']) * 1e3:.1f} ms 의 "
+                     f"{gap / sum(b['busy']):.1%})")
+    return "\n".join(lines)

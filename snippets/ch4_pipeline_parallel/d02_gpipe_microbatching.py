@@ -4,14 +4,16 @@ from __future__ import annotations
 import numpy as np
 
 from snippets import results
+from snippets.ch4_pipeline_parallel import gantt, hw_short, missing, preset_line, the_run
 from snippets.common import figures
 from snippets.common import pipeline_sim as ps
 
 PROGRAM = "pipeline_bench"
 
 
-def bench() -> results.Result:
-    return results.load(PROGRAM, kind="cpu")[0]
+def runs() -> list[results.Result]:
+    """Every results file of gpu_runs/pipeline_bench.py (2 ranks), on every hardware (CPU first)."""
+    return results.experiment(PROGRAM)
 
 
 def entries(run, schedule: str, variant: str = "sleep") -> list[dict]:
@@ -96,7 +98,7 @@ def sweep_rows(run, variant: str = "sleep") -> list[list]:
     return rows
 
 
-def sweep_figure(run) -> str:
+def sweep_figure(run, hardware: str = "") -> str:
     p = run.params["p"]
     es = entries(run, "gpipe", "sleep")
     ms = np.array([e["m"] for e in es])
@@ -110,27 +112,30 @@ def sweep_figure(run) -> str:
     ax.set_xscale("log", base=2)
     ax.set_xlabel("micro-batch 수 m")
     ax.set_ylabel("bubble")
-    ax.set_title(f"GPipe, p = {p}: 측정 대 두 공식", fontsize=10)
+    ax.set_title(f"GPipe, p = {p}: 측정 ({hardware}) 대 두 공식" if hardware else f"GPipe, p = {p}: 측정 대 두 공식",
+                 fontsize=10)
     ax.legend(fontsize=8)
     return figures.svg(fig)
 
 
-def gantt_panels(run, m: int) -> str:
-    panels = [(f"시뮬레이터: GPipe p = 2, m = {m}", ps.timeline_rows(ps.simulate("gpipe", 2, m)), 1.0)]
-    panels += [(f"측정 ({v}): ScheduleGPipe, m = {m}", ps.measured_rows(entry(run, "gpipe", v, m)), 1e-3)
+def gantt_panels(run, m: int, hardware: str = "") -> str:
+    p = run.params["p"]
+    where = f"{hardware}, " if hardware else ""
+    panels = [(f"시뮬레이터: GPipe p = {p}, m = {m}", ps.timeline_rows(ps.simulate("gpipe", p, m)), 1.0)]
+    panels += [(f"측정 ({where}{v}): ScheduleGPipe, m = {m}", ps.measured_rows(entry(run, "gpipe", v, m)), 1e-3)
                for v in ("sleep", "real")]
     fig, axes = figures.new(7.5, 4.6, nrows=3, squeeze=False)
     for ax, (title, rows, u) in zip(axes[:, 0], panels):
-        ps.gantt(ax, rows, title, unit=u)
+        gantt(ax, rows, title, unit=u)
         ax.set_xlabel("T_F 단위" if u == 1.0 else "ms")
-    fig.tight_layout()
+    fig.subplots_adjust(hspace=1.2, left=0.09, right=0.99, top=0.94, bottom=0.09)  # fixed margins: tight_layout re-measures every label
     return figures.svg(fig)
 
 
 def memory_rows(run) -> list[list]:
     rows = []
     for e in entries(run, "gpipe", "sleep") + entries(run, "gpipe", "real"):
-        sim = ps.simulate("gpipe", 2, e["m"]).inflight()
+        sim = ps.simulate("gpipe", run.params["p"], e["m"]).inflight()
         ratio = [a / b for a, b in zip(e["peak_saved_bytes"], e["per_mb_saved_bytes"])]
         rows.append([e["variant"], e["m"], " / ".join(map(str, e["peak_live_microbatches"])),
                      " / ".join(map(str, sim)), " / ".join(f"{x:.2f}" for x in ratio),
@@ -200,3 +205,66 @@ def bound_rows(run) -> list[list]:
             lb = path_lower_bound(r)
             rows.append([v, e["m"], f"{b['makespan'] * 1e3:.1f}", f"{lb * 1e3:.1f}", f"{lb / b['makespan']:.3f}"])
     return rows
+
+
+# --------------------------------------------------------------------------- per-hardware tabs (plumbing)
+
+def sweep_ends(run) -> str:
+    """The sweep's two ends on this hardware (the reading the page's prose refers to)."""
+    es = entries(run, "gpipe", "sleep")
+    lo, hi = (ps.measured_bubbles(ps.measured_rows(e)) for e in (es[0], es[-1]))
+    return (f"이 하드웨어에서 𝓑_tot 는 m = {es[0]['m']} 의 {lo['fraction']:.3f} 에서 m = {es[-1]['m']} 의 {hi['fraction']:.3f} 로, "
+            f"𝓑_ideal 은 {lo['relative']:.3f} 에서 {hi['relative']:.3f} 로 변합니다.")
+
+
+def sweep_tab(plat) -> str:
+    """Experiment 2 on one hardware: measured, predicted (its own mean T_F, T_B and T_hop) and formula; figure."""
+    run = the_run(plat)
+    if run is None:
+        return missing(plat)
+    table = results.markdown_table(["m", "𝓑_tot 측정", "𝓑_tot 예측", "(p−1)/(m+p−1)", "𝓑_ideal 측정", "𝓑_ideal 예측",
+                                    "(p−1)/m", "T 측정 (ms)", "T 예측 (ms)"], sweep_rows(run))
+    return (preset_line(run) + "\n\n" + table + "\n\n" + sweep_ends(run) + "\n\n"
+            + sweep_figure(run, hw_short(plat)))
+
+
+def bound_tab(plat) -> str:
+    """Lemma 4.2.4 on one hardware's runs: the path lower bound never exceeds the measured T."""
+    run = the_run(plat)
+    if run is None:
+        return missing(plat)
+    rows = bound_rows(run)
+    ok = all(path_lower_bound(ps.measured_rows(e)) <= ps.measured_bubbles(ps.measured_rows(e))["makespan"]
+             for v in ("sleep", "real") for e in entries(run, "gpipe", v))
+    return (results.markdown_table(["변형", "m", "측정 T (ms)", "경로 하한 (ms)", "하한 / T"], rows)
+            + f"\n\n모든 행에서 하한 ≤ T: **{ok}**")
+
+
+def memory_reading(run) -> str:
+    """Theorem 4.2.5 (b) on this run: peak live micro-batches = m on both ranks, and the bytes ratios per rank."""
+    es = entries(run, "gpipe", "sleep") + entries(run, "gpipe", "real")
+    exact = all(all(x == e["m"] for x in e["peak_live_microbatches"]) for e in es)
+    per_rank = [sorted({round(e["peak_saved_bytes"][r] / e["per_mb_saved_bytes"][r] / e["m"], 3) for e in es})
+                for r in range(run.params["p"])]
+    return (f"모든 행에서 두 rank 의 peak 가 정확히 m: **{exact}**. peak bytes / (m × micro-batch 하나의 bytes): "
+            + ", ".join(f"rank {r} {' / '.join(f'{x:g}' for x in v)}" for r, v in enumerate(per_rank)))
+
+
+def memory_tab(plat) -> str:
+    run = the_run(plat)
+    if run is None:
+        return missing(plat)
+    return (results.markdown_table(["변형", "m", "peak 살아 있는 micro-batch (rank 0 / 1, 측정)", "시뮬레이터",
+                                    "peak saved bytes / micro-batch 하나의 bytes", "peak saved bytes"], memory_rows(run))
+            + "\n\n" + memory_reading(run))
+
+
+def jitter_tab(plat) -> str:
+    """Experiment 4 on one hardware: GPipe at m = m_all, simulator beside both variants, and the spread of op times."""
+    run = the_run(plat)
+    if run is None:
+        return missing(plat)
+    m = run.params["m_all"]
+    return (gantt_panels(run, m, hw_short(plat)) + "\n\n" + results.markdown_table(
+        ["변형", "F 시간 범위 (ms)", "F 최대/최소", "B 시간 범위 (ms)", "B 최대/최소", "𝓑_tot 의 step 사이 범위"],
+        spread_rows(run, m)))

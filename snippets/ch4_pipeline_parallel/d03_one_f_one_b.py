@@ -4,16 +4,19 @@ from __future__ import annotations
 import numpy as np
 
 from snippets import results
+from snippets.ch4_pipeline_parallel import gantt, hw_short, missing, preset_line, the_run
 from snippets.common import figures
 from snippets.common import pipeline_sim as ps
 
 
-def bench() -> results.Result:
-    return results.load("pipeline_bench", kind="cpu")[0]
+def runs() -> list[results.Result]:
+    """Every results file of gpu_runs/pipeline_bench.py (2 ranks), on every hardware (CPU first)."""
+    return results.experiment("pipeline_bench")
 
 
-def deepspeed_run() -> results.Result:
-    return results.load("deepspeed_pipe", kind="cpu")[0]
+def deepspeed_runs() -> list[results.Result]:
+    """Every results file of gpu_runs/deepspeed_pipe.py (2 ranks), on every hardware (CPU first)."""
+    return results.experiment("deepspeed_pipe")
 
 
 def entries(run, schedule: str, variant: str = "sleep") -> list[dict]:
@@ -70,13 +73,14 @@ def measured_rows_table(run) -> list[list]:
     return out
 
 
-def measured_gantt(run, m: int) -> str:
-    fig, axes = figures.new(7.5, 3.2, nrows=2, squeeze=False)
+def measured_gantt(run, m: int, hardware: str = "") -> str:
+    where = f"{hardware}, " if hardware else ""
+    fig, axes = figures.new(7.5, 3.2, nrows=2, squeeze=False, sharex=True)
     for ax, sched in zip(axes[:, 0], ("gpipe", "1f1b")):
         e = next(x for x in entries(run, sched) if x["m"] == m)
-        ps.gantt(ax, ps.measured_rows(e), f"측정 (sleep): {e['torch_class']}, m = {m}", unit=1e-3)
+        gantt(ax, ps.measured_rows(e), f"측정 ({where}sleep): {e['torch_class']}, m = {m}", unit=1e-3)
     axes[-1, 0].set_xlabel("ms")
-    fig.tight_layout()
+    fig.subplots_adjust(hspace=0.45, left=0.09, right=0.99, top=0.93, bottom=0.14)  # fixed margins: tight_layout re-measures every label
     return figures.svg(fig)
 
 
@@ -124,3 +128,47 @@ def pipedream_weight_versions(p: int) -> dict:
     """Weight copies per stage: PipeDream (stashing, one per in-flight minibatch: p − r), 2BW (2), Flush (1)."""
     r = np.arange(p)
     return {"pipedream": (p - r).tolist(), "2bw": [2] * p, "flush": [1] * p}
+
+
+# --------------------------------------------------------------------------- per-hardware tabs (plumbing)
+
+def compare_tab(plat) -> str:
+    """Experiment 2 on one hardware: GPipe and 1F1B measured at the same m, the common formulas, the Gantt at m_all."""
+    run = the_run(plat)
+    if run is None:
+        return missing(plat)
+    table = results.markdown_table(["m", "𝓑_tot GPipe", "𝓑_tot 1F1B", "(p−1)/(m+p−1)", "𝓑_ideal GPipe", "𝓑_ideal 1F1B",
+                                    "(p−1)/m"], measured_rows_table(run))
+    return preset_line(run) + "\n\n" + table + "\n\n" + measured_gantt(run, run.params["m_all"], hw_short(plat))
+
+
+def memory_reading(run) -> str:
+    """Theorems 4.2.5 / 4.3.4 on this run: every measured peak equals the simulator's (m for GPipe, p − r for 1F1B)."""
+    ok = {}
+    for sched in ("gpipe", "1f1b"):
+        es = entries(run, sched, "sleep") + entries(run, sched, "real")
+        ok[sched] = all(list(e["peak_live_microbatches"]) == [int(x) for x in ps.simulate(sched, len(e["timeline"]), e["m"]).inflight()]
+                        for e in es)
+    return f"측정 = 정리, 모든 행에서: GPipe **{ok['gpipe']}**, 1F1B **{ok['1f1b']}**"
+
+
+def memory_tab(plat) -> str:
+    run = the_run(plat)
+    if run is None:
+        return missing(plat)
+    return (results.markdown_table(["변형", "schedule", "m", "peak 살아 있는 micro-batch (rank 0 / 1, 측정)", "정리 4.3.4 / 4.2.5",
+                                    "peak bytes / micro-batch bytes"], memory_rows(run)) + "\n\n" + memory_reading(run))
+
+
+def deepspeed_tab(plat) -> str:
+    """Experiment 4 on one hardware: TrainSchedule's instruction stream per step, what ran, buffers and the loss."""
+    ds = the_run(plat)
+    if ds is None:
+        return missing(plat)
+    lines = [results.markdown_table(["step", "rank 0 (stage 0) 명령", "rank 1 (stage 1) 명령"], deepspeed_rows(ds)), ""]
+    for r in ds.measurements["ranks"]:
+        same = r["executed"] == [c for step in r["planned"] for c in step]
+        lines.append(f"- stage {r['stage_id']}: 실행된 F/B = {' '.join(deepspeed_fb(r))}; 계획 = 실행: **{same}**; "
+                     f"`num_pipe_buffers()` = {r['num_pipe_buffers']}; 손실 {r['loss']:.8f}")
+    lines.append(f"- pipeline 없이 계산한 같은 모델의 손실: {ds.measurements['ref_loss']:.8f}")
+    return "\n".join(lines)

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 from snippets import results
+from snippets.ch4_pipeline_parallel import gantt, hw_short, missing, preset_line, the_run
 from snippets.common import figures
 from snippets.common import pipeline_sim as ps
 
 
-def bench() -> results.Result:
-    return results.load("pipeline_bench", kind="cpu")[0]
+def runs() -> list[results.Result]:
+    """Every results file of gpu_runs/pipeline_bench.py (2 ranks), on every hardware (CPU first)."""
+    return results.experiment("pipeline_bench")
 
 
 def entry(run, schedule: str, variant: str, m: int) -> dict:
@@ -81,17 +83,53 @@ def measured_rows(run) -> list[list]:
     return rows
 
 
-def measured_gantt(run) -> str:
+def measured_gantt(run, hardware: str = "") -> str:
     m = run.params["m_all"]
-    fig, axes = figures.new(7.5, 3.2, nrows=2, squeeze=False)
+    where = f"{hardware}, " if hardware else ""
+    fig, axes = figures.new(7.5, 3.2, nrows=2, squeeze=False, sharex=True)
     for ax, sched in zip(axes[:, 0], ("interleaved", "looped_bfs")):
         e = entry(run, sched, "sleep", m)
-        ps.gantt(ax, ps.measured_rows(e), f"측정 (sleep): {e['torch_class']}, m = {m}, v = 2", unit=1e-3)
+        gantt(ax, ps.measured_rows(e), f"측정 ({where}sleep): {e['torch_class']}, m = {m}, v = 2", unit=1e-3)
     axes[-1, 0].set_xlabel("ms")
-    fig.tight_layout()
+    fig.subplots_adjust(hspace=0.45, left=0.09, right=0.99, top=0.93, bottom=0.14)  # fixed margins: tight_layout re-measures every label
     return figures.svg(fig)
 
 
 def order_text(run, sched: str, rank: int) -> str:
     e = entry(run, sched, "sleep", run.params["m_all"])
     return " ".join(f"{a['op']}{a['mb']}.{a['chunk']}" for a in ps.measured_rows(e)[rank])
+
+
+# --------------------------------------------------------------------------- per-hardware tabs (plumbing)
+
+def executed_order(e: dict, rank: int) -> list[tuple[str, int, int]]:
+    """(op, micro-batch, chunk) in the order rank `rank` ran them (backward calls as B)."""
+    return [(a["op"], a["mb"], a["chunk"]) for a in ps.measured_rows(e)[rank]]
+
+
+def order_tab(plat) -> str:
+    """Experiment 3's orders on one hardware, and whether each equals the simulator's (Definition 4.4.2)."""
+    run = the_run(plat)
+    if run is None:
+        return missing(plat)
+    m, p = run.params["m_all"], run.params["p"]
+    lines = []
+    for sched in ("interleaved", "looped_bfs"):
+        e = entry(run, sched, "sleep", m)
+        for r in range(p):
+            same = executed_order(e, r) == ps.rank_order(sched, r, p, m, e["v"])
+            lines.append(f"- `{sched}` rank {r}: `{order_text(run, sched, r)}` — 시뮬레이터의 순서와 같음: **{same}**")
+    return "\n".join(lines)
+
+
+def interleave_tab(plat) -> str:
+    """Experiment 3's table and Gantt chart on one hardware, with the live-chunk check against the simulator."""
+    run = the_run(plat)
+    if run is None:
+        return missing(plat)
+    rows = measured_rows(run)
+    live = all(r[6] == r[7] for r in rows)
+    table = results.markdown_table(["변형", "schedule", "v", "𝓑_tot 측정", "𝓑_ideal 측정", "𝓑_ideal 시뮬레이터",
+                                    "peak 살아 있는 chunk (측정, rank 0 / 1)", "시뮬레이터", "기록된 action 수"], rows)
+    return (preset_line(run) + "\n\n" + table + f"\n\n살아 있는 chunk 의 측정 = 시뮬레이터, 모든 행에서: **{live}**\n\n"
+            + measured_gantt(run, hw_short(plat)))

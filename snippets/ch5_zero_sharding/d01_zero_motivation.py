@@ -3,7 +3,8 @@
 Everything here measures real PyTorch tensors on CPU: the bytes held by a mixed-precision Adam
 set-up after one step (counted from the tensors' storages), the bytes an Adam step allocates
 on top of them, and the activation bytes autograd saves for backward. The ZeRO formulas come
-from the shared module snippets.common.zero_memory and are not redefined here.
+from the shared module snippets.common.zero_memory and are not redefined here. Experiment 5 reads the
+optimizer step times in gpu_runs/step_anatomy.py's results, one tab per hardware.
 """
 from __future__ import annotations
 
@@ -257,3 +258,66 @@ def stage_figure(psi: float = 70e9, n: int = 16) -> str:
     ax.legend(loc="upper right")
     return figures.svg(fig)
 # --8<-- [end:figure]
+
+
+# ------------------------------------------------------------------ experiment 5: the optimizer step's time
+
+ANATOMY = "step_anatomy"
+IMPL_OF = {"fused": "fused=True", "foreach": "foreach=True", "for-loop": "for-loop (foreach=False)"}  # experiment 3's names
+
+
+# --8<-- [start:steptime]
+def adam_step_rows(run) -> list[dict]:
+    """The three torch.optim.Adam implementations of one step_anatomy file: step time and the bandwidth it
+    achieved on the minimum bytes a step moves, 7 per element (read p, g, m, v; write p, m, v)."""
+    rows = [r for r in run.measurements["optimizer"] if r["supported"]]
+    base = next((r["ms_median"] for r in rows if r["impl"] == "for-loop"), None)
+    return [{**r, "vs_for_loop": base / r["ms_median"] if base else None} for r in rows]
+
+
+def sharded_step_s(psi: float, n: int, gbps: float) -> float:
+    """Seconds of one rank's mixed-precision Adam step when the optimizer state is split over N ranks (ZeRO-1
+    and up: a rank updates ψ/N parameters), at `gbps` GB/s, with the minimum bytes per parameter of the 16ψ
+    set-up, c_A = 30 (Ch5-06: read master, grad, m, v in fp32; write master, m, v; write the 16-bit param)."""
+    from snippets.ch5_zero_sharding.d06_zero_offload_infinity import ADAM_CPU_BYTES
+
+    return ADAM_CPU_BYTES * psi / n / (gbps * 1e9)
+# --8<-- [end:steptime]
+
+
+def adam_tab(plat) -> str:
+    """Experiment 5 on one hardware: fused / foreach / for-loop Adam step times of one device, the bandwidth each
+    achieved, a second method (the timeline's step), and what that bandwidth means for a 7B model's step."""
+    from snippets import results
+
+    run = plat.by_world.get(1)
+    if run is None:
+        return f"이 하드웨어에는 장치 하나 (world size 1) 의 측정이 없습니다 (있는 N: {', '.join(map(str, sorted(plat.by_world)))})."
+    p, t = run.params, run.measurements["timeline"]
+    rows = adam_step_rows(run)
+    missing = [r["impl"] for r in run.measurements["optimizer"] if not r["supported"]]
+    esz = rows[0]["bytes_min"] // (7 * rows[0]["params"])
+    table = results.markdown_table(
+        ["구현 (실험 3 의 이름)", "step (ms, median)", "최소 bytes (MB)", "실효 대역폭 (GB/s)", "for-loop 대비 빠르기"],
+        [[IMPL_OF[r["impl"]], f"{r['ms_median']:.3g}", f"{r['bytes_min'] / 1e6:,.1f}", f"{r['GBps']:.3g}",
+          f"{r['vs_for_loop']:.2f}×" if r["vs_for_loop"] else "—"] for r in rows])
+    best = max(rows, key=lambda r: r["GBps"])
+    same = next((r for r in rows if r["impl"] == p["default_impl"]), None)
+    lines = [f"preset `{p['preset']}`: ψ = {rows[0]['params']:,}, parameter 와 Adam state 는 {p['dtype']} (원소당 {esz} bytes, "
+             f"최소 7 × {esz} bytes), torch threads {p['torch_threads']}; 연속된 step 을 구간으로 잰 median",
+             f"가장 빠른 구현: **{IMPL_OF[best['impl']]}** ({best['ms_median']:.3g} ms, {best['GBps']:.3g} GB/s)"
+             + (f"; 이 장치에서 돌지 않은 구현: {', '.join(missing)}" if missing else ""),
+             (f"두 번째 방법: timeline 의 step (forward → backward → `{p['default_impl']}` Adam 을 이어서 잰 것) 의 optimizer 구간 "
+              f"{t['optimizer_ms_median']:.3g} ms, 위 표의 같은 구현 {same['ms_median']:.3g} ms (비 "
+              f"{t['optimizer_ms_median'] / same['ms_median']:.2f})") if same else
+             f"timeline 의 구현 `{p['default_impl']}` 은 위 표에 없습니다."]
+    if same:
+        r = t["optimizer_ms_median"] / same["ms_median"]
+        lines.append(f"두 방법이 {abs(r - 1):.0%} 안에서 맞습니다: 표의 시간을 그대로 읽습니다." if 0.5 <= r <= 2 else
+                     "두 방법이 두 배 넘게 다릅니다: 이 결과를 잰 동안 장치가 다른 일과 나뉘었거나 흔들림이 큽니다. 구현 사이의 "
+                     "순위만 읽고, 시간의 크기와 아래 외삽은 읽지 않습니다.")
+    scale = results.markdown_table(
+        ["ψ", "N (optimizer state 를 나눈 rank 수)", f"rank 당 step (s), {IMPL_OF[best['impl']]} 의 {best['GBps']:.3g} GB/s 로"],
+        [[f"{psi / 1e9:g}B", n, f"{sharded_step_s(psi, n, best['GBps']):,.3g}"] for psi in (7e9, 70e9) for n in (1, 8, 64)])
+    return "\n\n".join([table, "\n".join(f"- {x}" for x in lines),
+                        "이 실효 대역폭이 16ψ set-up 의 step (원소당 최소 30 bytes) 에서도 유지된다고 가정하면:", scale])

@@ -2,7 +2,9 @@
 
 The memory and communication formulas come from snippets.common.zero_memory (never redefined
 here). The DeepSpeed numbers come from the committed results of gpu_runs/zero_bench.py
-(DeepSpeed 0.19.8, bf16, torch.optim.Adam, CPU + gloo, N = 1, 2, 4). Ch5-03 imports the loaders.
+(DeepSpeed 0.19.8, bf16, torch.optim.Adam; CPU + gloo at N = 1, 2, 4, and every GPU results file
+beside it). Every reader takes one hardware's runs (a results.Platform's `.runs`), so each content
+tab compares its own files with the formulas. Ch5-03 imports the readers.
 """
 from __future__ import annotations
 
@@ -87,9 +89,23 @@ def stage12_predicted(psi: int, n: int, stage: int, k: int = zm.K_ADAM) -> dict:
 # --8<-- [end:deepspeed_rule]
 
 
-def runs(kind: str = "cpu"):
-    """Every committed zero_bench results file, sorted by world size N."""
-    return sorted(results.load(PROGRAM, kind=kind), key=lambda r: r.hardware["world_size"])
+def by_world(runs_) -> list:
+    """One hardware's zero_bench files, sorted by world size N."""
+    return sorted(runs_, key=lambda r: r.hardware["world_size"])
+
+
+def unit(runs_) -> str:
+    """What N counts on this hardware: GPUs (NCCL) or CPU processes (gloo)."""
+    return "GPUs" if runs_ and runs_[0].is_gpu else "processes"
+
+
+def missing_worlds(runs_, wanted) -> str:
+    """A sentence naming the world sizes a cell wants and this hardware lacks ('' if none is missing)."""
+    have = {r.hardware["world_size"] for r in runs_}
+    lack = [n for n in wanted if n not in have]
+    return ("" if not lack else
+            f"이 하드웨어에는 N = {', '.join(map(str, lack))} 측정이 없습니다 (있는 것: N = "
+            f"{', '.join(map(str, sorted(have)))}).")
 
 
 def record(run, stage: int) -> dict:
@@ -97,10 +113,10 @@ def record(run, stage: int) -> dict:
 
 
 # --8<-- [start:measured]
-def memory_rows(stage: int, runs_=None) -> list[dict]:
+def memory_rows(stage: int, runs_) -> list[dict]:
     """Measured per-rank bytes (every rank) next to the formula and DeepSpeed's padded rule."""
     rows = []
-    for run in runs_ or runs():
+    for run in by_world(runs_):
         rec = record(run, stage)
         psi, n = rec["psi"], rec["world_size"]
         pred = stage12_predicted(psi, n, stage)
@@ -116,13 +132,13 @@ def memory_rows(stage: int, runs_=None) -> list[dict]:
     return rows
 
 
-def memory_figure(runs_=None) -> str:
+def memory_figure(runs_) -> str:
     """Stacked bars: rank 0's measured params / grads (peak) / optimizer bytes for stages 0 and 1 at
     each N, with the formula total (4 + K)ψ or 4ψ + Kψ/N as a black tick."""
     fig, ax = figures.new(7.0, 3.8)
     x, labels = 0, []
     colors = {"params": "#4c72b0", "grads": "#dd8452", "optimizer": "#55a868"}
-    for run in runs_ or runs():
+    for run in by_world(runs_):
         for stage in (0, 1):
             rec = record(run, stage)
             r0 = next(r for r in rec["per_rank_bytes_all"] if r["rank"] == 0)
@@ -137,9 +153,35 @@ def memory_figure(runs_=None) -> str:
             x += 1
     ax.set_xticks(range(len(labels)), labels)
     ax.set_ylabel("rank 0 의 bytes (MiB)")
+    ax.set_title(f"ψ = {record(by_world(runs_)[0], 1)['psi']:,}", fontsize=9)
     ax.legend(fontsize=8)
     return figures.svg(fig)
 # --8<-- [end:measured]
+
+
+def memory_table(rows: list[dict], stage: int) -> str:
+    """The measured-vs-rule table of one hardware (stage 1: with the gradient peak; stage 2: the partition)."""
+    if stage == 1:
+        return results.markdown_table(
+            ["N", "rank", "params 측정", "2ψ'", "optimizer 측정", "Kψ'/N", "padding π", "grads peak", "공식 2ψ",
+             "grads rest", "2ψ'/N"],
+            [[r["N"], r["rank"], f"{r['params']:,}", f"{r['params_pred']:,}", f"{r['optimizer']:,}",
+              f"{r['optimizer_pred']:,.0f}", r["padding"], f"{r['grads_peak']:,}", f"{r['grads_formula']:,.0f}",
+              f"{r['grads_rest']:,}", f"{r['grads_rest_pred']:,}"] for r in rows])
+    return results.markdown_table(
+        ["N", "rank", "params 측정", "2ψ'", "grads rest 측정", "2ψ'/N", "optimizer 측정", "Kψ'/N", "padding π"],
+        [[r["N"], r["rank"], f"{r['params']:,}", f"{r['params_pred']:,}", f"{r['grads_rest']:,}",
+          f"{r['grads_rest_pred']:,}", f"{r['optimizer']:,}", f"{r['optimizer_pred']:,.0f}", r["padding"]]
+         for r in rows])
+
+
+def model_line(runs_) -> str:
+    """The model this hardware's files measured (presets differ: the GPU preset is larger)."""
+    r = by_world(runs_)[0]
+    p, v = r.params, r.data["versions"]
+    psi = r.measurements[0]["psi"]
+    return (f"모델: {p['layers']} × `Linear({p['dim']}, {p['dim']})`, ψ = {psi:,}, preset `{p['preset']}`; "
+            f"DeepSpeed {v['deepspeed']}, torch {v['torch']}")
 
 
 # --8<-- [start:comm]
@@ -165,10 +207,10 @@ def split_traffic(rec: dict, variant: bool = False) -> tuple[dict, dict]:
     return data, control
 
 
-def comm_rows(stage: int, runs_=None) -> list[dict]:
+def comm_rows(stage: int, runs_) -> list[dict]:
     """Per step: each collective's calls and size S (summed over calls) against the paper's 2ψ·e."""
     rows = []
-    for run in runs_ or runs():
+    for run in by_world(runs_):
         rec = record(run, stage)
         psi, n = rec["psi"], rec["world_size"]
         variants = [("default (use_multi_rank_bucket_allreduce=True)", False)]
@@ -184,3 +226,41 @@ def comm_rows(stage: int, runs_=None) -> list[dict]:
                          "ratio": sent / paper if paper else float("nan")})
     return rows
 # --8<-- [end:comm]
+
+
+def ops_cell(d: dict) -> str:
+    return "<br>".join(f"`{op}` {v['calls']}× / {v['bytes']:,} B" for op, v in d.items()) or "—"
+
+
+def comm_table(rows: list[dict]) -> str:
+    return results.markdown_table(
+        ["N", "DeepSpeed 경로", "gradient·파라미터 collective (호출 / S 합)", "제어 메시지", "ΣS / eψ",
+         "ring 환산 rank 당 전송", "2(N−1)/N·eψ", "비율"],
+        [[r["N"], r["variant"], ops_cell(r["data"]), ops_cell(r["control"]), f"{r['S_total'] / r['psi_e']:.0f}",
+          f"{r['ring_sent']:,.0f}", f"{r['paper_sent']:,.0f}", "—" if r["N"] == 1 else f"{r['ratio']:.2f}"]
+         for r in rows])
+
+
+def allocator_table(stage: int, runs_) -> str:
+    """GPU only: the caching allocator around the instrumented step (zero_bench writes cuda_allocated_before_step
+    and cuda_peak_step on CUDA, None on CPU; reset at the step's start), next to the bytes the page counts from
+    DeepSpeed's own tensors on the same rank (params + gradient peak + optimizer, per_rank_bytes). The allocator
+    also holds the input batch, activations and DeepSpeed's buffers, so it bounds the counted bytes from above.
+    Returns "" where no file of `runs_` has the fields (CPU)."""
+    from snippets import results
+
+    rows = []
+    for run in by_world(runs_):
+        rec = record(run, stage)
+        before, peak = rec.get("cuda_allocated_before_step"), rec.get("cuda_peak_step")
+        if before is None or peak is None:
+            continue
+        mine = rec["per_rank_bytes"]
+        counted = mine["params"] + mine["grads"] + mine["optimizer"]
+        rows.append([rec["world_size"], f"{before:,}", f"{peak:,}", f"{peak - before:+,}", f"{counted:,}",
+                     f"{peak / counted:.2f}"])
+    if not rows:
+        return ""
+    return ("CUDA caching allocator, 계측한 step 하나 (이 파일을 쓴 rank):\n\n"
+            + results.markdown_table(["N", "step 직전 memory_allocated", "step 중 max_memory_allocated", "peak − 직전",
+                                      "DeepSpeed tensor 로 센 params + grads peak + optimizer", "allocator peak / 센 합"], rows))

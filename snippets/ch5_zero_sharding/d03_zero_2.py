@@ -1,13 +1,13 @@
 """Ch5-03 ZeRO-2 — Gradient Sharding 추가: the code the page runs and the tests import.
 
 Formulas: snippets.common.zero_memory. Measurements: gpu_runs/zero_bench.py results, read with
-the loaders of the Ch5-02 module (same program, same files).
+the readers of the Ch5-02 module (same program, same files); every reader takes one hardware's runs.
 """
 from __future__ import annotations
 
 from snippets.common import figures
 from snippets.common import zero_memory as zm
-from snippets.ch5_zero_sharding.d02_zero_1 import ELEM, memory_rows, record, runs  # noqa: F401
+from snippets.ch5_zero_sharding.d02_zero_1 import ELEM, by_world, memory_rows, missing_worlds, record  # noqa: F401
 
 
 # --8<-- [start:predict]
@@ -46,10 +46,10 @@ def grad_peak_bounds(psi: int, n: int, bucket_elems: int, max_param_elems: int, 
 
 
 # --8<-- [start:peak_rows]
-def peak_rows(runs_=None) -> list[dict]:
+def peak_rows(runs_) -> list[dict]:
     """Measured gradient peak (every rank) for stages 1 and 2 against grad_peak_bounds."""
     rows = []
-    for run in runs_ or runs():
+    for run in by_world(runs_):
         p = run.params
         bucket, max_param = p["dim"] ** 2 + p["dim"], p["dim"] ** 2
         for stage in (1, 2):
@@ -60,13 +60,39 @@ def peak_rows(runs_=None) -> list[dict]:
                              "rest": r["grads_end_of_backward"], "low": lo, "high": hi,
                              "formula": zm.zero_memory_breakdown(rec["psi"], rec["world_size"], stage)["grads"]})
     return rows
+
+
+def peak_split(runs_) -> list[str]:
+    """The stage-2 peak taken apart, from one hardware's files: N = 2 (partition + bucket + one bias
+    gradient) and N = 4 (the excess over partition + bucket = one bias + the piece of layer 1's weight
+    past rank 0's partition boundary). A world size this hardware lacks is named, not assumed."""
+    out, worlds = [], {r.hardware["world_size"]: r for r in runs_}
+    if 2 in worlds:
+        rec, h = record(worlds[2], 2), worlds[2].params["dim"]
+        part, bucket, bias = rec["psi"], ELEM * (h * h + h), ELEM * h
+        peak = rec["per_rank_bytes_all"][0]["grads"]
+        out.append(f"$N=2$ stage 2 의 peak 분해: partition {part:,} + bucket {bucket:,} + bias gradient {bias:,} = "
+                   f"{part + bucket + bias:,} (측정 {peak:,}, {'같음' if peak == part + bucket + bias else '다름'})")
+    if 4 in worlds:
+        rec, h = record(worlds[4], 2), worlds[4].params["dim"]
+        bucket, bias = ELEM * (h * h + h), ELEM * h
+        extra = max(r["grads"] - rec["psi"] // 2 - bucket for r in rec["per_rank_bytes_all"])
+        piece = ELEM * (rec["psi"] // 4 - (h * h + h))  # layer 1 weight 중 rank 0 partition 경계 너머의 조각
+        out.append(f"$N=4$ stage 2: peak − partition − bucket 의 최댓값 {extra:,} bytes; bias {bias:,} + 경계 조각 "
+                   f"{piece:,} = {bias + piece:,}; 한 파라미터 $e\\,w$ = {ELEM * h * h:,} bytes")
+    lack = missing_worlds(runs_, (2, 4))
+    return out + ([lack] if lack else [])
 # --8<-- [end:peak_rows]
 
 
 # --8<-- [start:trace]
-def trace_figure(n: int = 2, rank: int = 0) -> str:
-    """Gradient bytes at each collective of backward, stage 1 vs stage 2 (one rank, N ranks)."""
-    run = next(r for r in runs() if r.hardware["world_size"] == n)
+def trace_figure(runs_, n: int = 2, rank: int = 0) -> str:
+    """Gradient bytes at each collective of backward, stage 1 vs stage 2 (one rank, N ranks), from one
+    hardware's files; the smallest N > 1 it has when N = n is missing."""
+    worlds = {r.hardware["world_size"]: r for r in runs_}
+    if n not in worlds:
+        n = min((w for w in worlds if w > 1), default=min(worlds))
+    run = worlds[n]
     fig, ax = figures.new(7.0, 3.6)
     for stage, style in ((1, "o-"), (2, "s-")):
         rec = record(run, stage)

@@ -3,7 +3,8 @@
 The formulas (per-rank memory (4+K)ψ/N, communication 3ψ) live in snippets.common.zero_memory;
 this module adds what is specific to ZeRO-3: DeepSpeed's per-tensor padding and persistence
 rule, the per-layer gather/free schedule with and without prefetch, and the readers for the
-DeepSpeed measurements saved by gpu_runs/zero_bench.py.
+DeepSpeed measurements saved by gpu_runs/zero_bench.py. Every reader takes the runs of one hardware
+(a results.Platform's `.runs`), so the page's tabs compare each hardware's files with the formulas.
 """
 from __future__ import annotations
 
@@ -216,12 +217,72 @@ def memory_figure(runs) -> str:
                   label="(4+K)ψ/N" if i == 0 else None)
     ax.plot(xs, [(r["measured"]["params"] + r["measured"]["grads"] + r["measured"]["optimizer"]) / 2 ** 20
                  for r in rows], "rv", label="grads 를 backward 중 peak 로 바꾼 합")
-    ax.set_xlabel("N (processes)")
+    ax.set_xlabel("N (GPUs)" if runs and runs[0].is_gpu else "N (processes)")
     ax.set_ylabel("rank 당 bytes (MiB = 2^20 B)")
     ax.set_title(f"DeepSpeed ZeRO-3, ψ = {rows[0]['psi']:,}")
     ax.legend(fontsize=8)
     return figures.svg(fig)
 # --8<-- [end:figure]
+
+
+def memory_table(rows: list[dict]) -> str:
+    """The ZeRO-3 bytes table of one hardware, then the resident total per N against (4+K)ψ/N."""
+    from snippets import results
+
+    table = results.markdown_table(
+        ["N", "params 측정", "2ψ/N", "optimizer 측정", "Kψ/N", "grads (backward 뒤)", "2ψ/N", "grads (backward 중 peak)",
+         "peak 예측", "padding 원소 (측정/예측)", "모든 rank 같음"],
+        [[r["N"], f"{r['measured']['params']:,}", f"{r['formula']['params']:,.0f}", f"{r['measured']['optimizer']:,}",
+          f"{r['formula']['optimizer']:,.0f}", f"{r['grads_after_backward'][0]:,}", f"{r['formula']['grads']:,.0f}",
+          f"{r['measured']['grads']:,}", f"{r['grads_peak_predicted']:,}",
+          f"{max(r['padding_measured'])} / {r['padding_elements']}", r["ranks_equal"]] for r in rows])
+    return table
+
+
+def padding_table(params: dict, ns=(2, 3, 4, 5, 6, 7, 8)) -> str:
+    """DeepSpeed's per-tensor padding and persistence rule for the model of one results file, over N."""
+    from snippets import results
+
+    numels = param_numels(params)
+    rows = []
+    for n in ns:
+        a = predicted_rank_numel(numels, n, persistence_threshold=0)
+        b = predicted_rank_numel(numels, n)  # DeepSpeed's default threshold, 1e5 elements
+        rows.append([n, f"{a['shards']:,}", f"{a['ideal']:,.2f}", a["padding"], f"{a['shards'] - a['ideal']:.2f}",
+                     f"{b['persistent']:,}", f"{2 * b['persistent'] / (2 * a['ideal']):.2%}"])
+    return results.markdown_table(["N", "rank 의 shard 원소 Σ⌈ψ_i/N⌉", "ψ/N", "padding 원소 (전체)", "rank 당 초과 원소",
+                                   "기본 threshold 에서 통째로 상주하는 원소", "그 16-bit bytes ÷ 2ψ/N"], rows)
+
+
+def zero_init_table(runs) -> str:
+    """Right after deepspeed.zero.Init: each rank's shard bytes against 2·Σ⌈ψ_i/N⌉, and what param.data keeps."""
+    from snippets import results
+
+    rows = []
+    for run, rec in stage3_records(runs):
+        n = rec["world_size"]
+        want = predicted_rank_numel(param_numels(run.params), n, persistence_threshold=0)
+        for r in rec["zero_init"]["per_rank"]:
+            rows.append([n, r["rank"], f"{r['psi']:,}", r["shard_dtype"], f"{r['shard_bytes']:,}",
+                         f"{2 * want['shards']:,}", f"{r['param_data_numel']:,}"])
+    return results.markdown_table(["N", "rank", "ψ", "shard dtype", "shard bytes (zero.Init 직후, 측정)",
+                                   "2 · Σ⌈ψ_i/N⌉ (예측)", "param.data 에 남은 원소"], rows)
+
+
+def comm_table(rows: list[dict]) -> str:
+    from snippets import results
+
+    table = results.markdown_table(
+        ["N", "AllGather 호출", "AllGather S 합", "ReduceScatter 호출", "ReduceScatter S 합", "모델 데이터 S 합", "3eψ",
+         "ring 으로 보내는 bytes/rank", "3(N−1)eψ/N", "그 밖의 collective"],
+        [[r["N"], r["ag_calls"], f"{r['ag_bytes']:,}", r["rs_calls"], f"{r['rs_bytes']:,}", f"{r['total_S']:,}",
+          f"{r['predicted_S']:,.0f}", f"{r['sent_per_rank']:,.0f}", f"{r['predicted_sent']:,.0f}",
+          "; ".join(f"{op} {v['calls']}×/{v['bytes']} B" for op, v in r["other"].items()) or "없음"] for r in rows])
+    r = rows[-1]
+    by_phase = f"N = {r['N']} 의 phase 별: " + "; ".join(
+        f"{ph}: " + ", ".join(f"{op} {v['calls']}×/{v['bytes']:,} B" for op, v in ops.items())
+        for ph, ops in r["by_phase"].items())
+    return table + "\n\n" + by_phase
 
 
 # --8<-- [start:threshold]

@@ -77,9 +77,33 @@ def measured_phase(rec: dict, phase: str, op: str) -> dict:
 
 # ------------------------------------------------------------------ committed results
 
-def runs():
-    """The committed CPU results of gpu_runs/fsdp_bench.py, by world size."""
-    return {r.hardware["world_size"]: r for r in results.load("fsdp_bench", kind="cpu")}
+def pick_world(by_world: dict, want: int) -> tuple[int, str]:
+    """The world size a cell reads on one hardware: `want` if measured there, else the nearest one
+    measured (ties: the larger), with a sentence that says so ('' when `want` is there)."""
+    if want in by_world:
+        return want, ""
+    n = min(by_world, key=lambda w: (abs(w - want), -w))
+    return n, f"이 하드웨어에는 N = {want} 측정이 없어 N = {n} 의 측정을 읽습니다."
+
+
+def unit(run) -> str:
+    return "GPUs" if run.is_gpu else "processes"
+
+
+def same_hardware(program: str, plat):
+    """The Platform of another program's results on the hardware of `plat` (same kind, GPU model,
+    backend and node count), or None when that program has no file there."""
+    try:
+        runs_ = results.experiment(program)
+    except results.ResultsError:
+        return None
+    h = plat.runs[0].hardware
+    key = (plat.kind, h.get("gpu_name"), h["backend"], int(h.get("nnodes") or 1))
+    for q in results.platforms(runs_):
+        g = q.runs[0].hardware
+        if (q.kind, g.get("gpu_name"), g["backend"], int(g.get("nnodes") or 1)) == key:
+            return q
+    return None
 
 
 def shard_rows_table(run) -> list[list]:
@@ -146,14 +170,6 @@ from snippets.common.fsdp_shapes import (  # noqa: E402,F401
 
 # ------------------------------------------------------------------ DeepSpeed ZeRO-3 comparison
 
-def zero_bench_runs():
-    """Results of gpu_runs/zero_bench.py (another page's program), or [] if none is committed."""
-    try:
-        return results.load("zero_bench", kind="cpu")
-    except results.ResultsError:
-        return []
-
-
 # --8<-- [start:deepspeed]
 # stage3_param_persistence_threshold's default, deepspeed/runtime/zero/config.py (0.19.8): 1e5 elements
 DS_PERSISTENCE_THRESHOLD = 100_000
@@ -174,12 +190,13 @@ def deepspeed_zero3_cut(params: list[dict], n: int, threshold: int = DS_PERSISTE
 
 
 def step_time_rows(runs_by_n) -> list[list]:
+    """Timed configurations of one hardware's files (a file run with --no-timing has none)."""
     out = []
     for n, run in sorted(runs_by_n.items()):
         for rec in run.measurements["configs"]:
             if "step_ms_median" in rec:
-                out.append([f"{n} processes (CPU, gloo)", f"`{rec['name']}`", rec["timed_iters"],
-                            f"{rec['step_ms_median']:.0f} ms", f"{rec['step_ms_min']:.0f} ms"])
+                out.append([f"{n} {unit(run)} ({run.hardware['backend']})", f"`{rec['name']}`", rec["timed_iters"],
+                            f"{rec['step_ms_median']:.1f} ms", f"{rec['step_ms_min']:.1f} ms"])
     return out
 
 
@@ -230,6 +247,19 @@ def deepspeed_comparison_rows(ds_runs) -> list[dict]:
     return out
 
 
+def comparison_table(cmp: list[dict]) -> str:
+    """deepspeed_comparison_rows as a table (one hardware's zero_bench files)."""
+    return results.markdown_table(
+        ["N", "ψ", "DeepSpeed 측정: rank 별 ds_tensor 원소", "DeepSpeed 규칙", "FSDP2 규칙: rank 별",
+         "all-gather fwd/bwd (DeepSpeed 측정)", "all-gather fwd/bwd (FSDP2 예측)",
+         "forward all-gather bytes (측정 / FSDP2 예측)", "DeepSpeed 의 그 밖의 collective (횟수)"],
+        [[r["N"], f"{r['psi']:,}", " / ".join(f"{v:,}" for v in r["ds_measured"]), f"{r['ds_rule']:,}",
+          " / ".join(f"{v:,}" for v in r["fsdp2_rule"]), f"{r['ds_ag_forward']} / {r['ds_ag_backward']}",
+          f"{r['fsdp2_ag_forward']} / {r['fsdp2_ag_backward']}",
+          f"{r['ds_ag_bytes_forward']:,} / {r['fsdp2_ag_bytes_forward']:,}",
+          ", ".join(f"{k} {v}" for k, v in r["ds_other"].items()) or "없음"] for r in cmp])
+
+
 def large_memory_figure(rows: list[dict]):
     """Per-rank model-state GB vs N: ZeRO stages from the shared formula, FSDP2 shards from fully_shard."""
     import numpy as np
@@ -254,11 +284,16 @@ def large_memory_figure(rows: list[dict]):
 
 
 # --8<-- [start:gather_time]
-def gloo_allgather_fit(n: int = 2) -> tuple[float, float]:
-    """α, β of the ring all-gather cost (N−1)α + (N−1)/N·S·β fitted to the committed gloo all_gather runs."""
+def allgather_fit(plat, n: int = 2) -> tuple[float, float] | None:
+    """α, β of the ring all-gather cost (N−1)α + (N−1)/N·S·β fitted to the all_gather runs of
+    gpu_runs/collectives_bench.py on the same hardware as `plat` (gloo for CPU, NCCL for a GPU) at
+    world size n; None when that hardware has no such file."""
     from snippets.common import alphabeta as ab
 
-    run = next(r for r in results.load("collectives_bench", kind="cpu") if r.hardware["world_size"] == n)
+    coll = same_hardware("collectives_bench", plat)
+    run = coll.by_world.get(n) if coll else None
+    if run is None:
+        return None
     rows = [m for m in run.measurements if m["op"] == "all_gather"]
     sizes = [m["bytes"] for m in rows]
     alpha, beta, _ = ab.fit_alpha_beta([n - 1] * len(rows), [(n - 1) / n * s for s in sizes],

@@ -3,7 +3,9 @@
 Memory formulas come from snippets.common.zero_memory (never re-derived here). This module adds
 what is specific to offload: which model states cross the GPU-CPU link each step, the step-time
 model (GPU compute, PCIe, CPU Adam, NVMe) and the batch above which offload hides behind compute,
-plus readers for the DeepSpeed results of gpu_runs/offload_bench.py.
+plus readers for the DeepSpeed results of gpu_runs/offload_bench.py. Each reader takes one results
+file; the page renders them per hardware (results.hardware_tabs), the GPU tab adding what the program
+records only on CUDA (memcpy bytes per direction, the allocator's peak, pinned PCIe bandwidth).
 
 Units: ψ parameters, bytes, seconds, FLOP/s. GB = 1e9 B (bandwidths and capacities), GiB = 2**30 B
 only where stated.
@@ -300,55 +302,148 @@ def timing_rows(result) -> list[list]:
     return rows
 
 
+# --8<-- [start:gpu]
+def link_prediction(row: dict, n: int) -> dict[str, float] | None:
+    """Bytes per step that should cross the GPU-CPU link for one configuration (DeepSpeed 0.19.8, the
+    copies of DEEPSPEED_OFFLOAD_COPIES): none without offload; ZeRO-2 offload: the fp32 gradient
+    partition down (4ψ/N) and the 16-bit update up (2ψ/N). ZeRO-3 with parameter offload also fetches
+    parameter shards every forward and backward; the page predicts no number for it (None)."""
+    z = row["zero_optimization"]
+    if "offload_optimizer" not in z and "offload_param" not in z:
+        return {"DtoH": 0.0, "HtoD": 0.0}
+    if z["stage"] == 2 and z["offload_optimizer"]["device"] == "cpu":
+        return {"DtoH": FP32 * row["psi"] / n, "HtoD": PARAM_BYTES * row["psi"] / n}
+    return None
+
+
+def expected_devices(row: dict, accel: str) -> dict[str, str]:
+    """Where Definition 5.6.1 puts each state: on the accelerator unless its offload moves it to the host."""
+    z = row["zero_optimization"]
+    opt = z.get("offload_optimizer", {}).get("device") == "cpu"
+    par = z.get("offload_param", {}).get("device") == "cpu"
+    return {"params16": "cpu" if par else accel, **{s: "cpu" if opt else accel for s in STATE_ORDER[1:]}}
+
+
+def placement_check(result, rank: int = 0) -> list[list]:
+    """Per configuration: each state's measured device against Definition 5.6.1 on this hardware."""
+    accel = "cuda" if result.is_gpu else "cpu"
+    out = []
+    for r in bench_rows(result, rank):
+        if not r["ok"]:
+            continue
+        want = expected_devices(r, accel)
+        got = {e["state"]: e["device"] for e in r["inventory"]}
+        out.append([r["config"], ", ".join(f"{s} {got[s]}" for s in STATE_ORDER),
+                    "✅" if all(got[s] == want[s] for s in STATE_ORDER) else
+                    "❌ 예측: " + ", ".join(f"{s} {want[s]}" for s in STATE_ORDER)])
+    return out
+
+
 def gpu_rows(result) -> list[list]:
-    """A GPU result: step times and measured memcpy bytes per step against DeepSpeed's 4ψ/N down, 2ψ/N up."""
+    """A GPU result: measured memcpy bytes per step against link_prediction, and the allocator's peak
+    against the model states Definition 5.6.1 leaves on the GPU (a lower bound: activations come on top).
+    The peak is this configuration's own: offload_bench resets the peak when a configuration starts, but
+    what earlier configurations left allocated is in it, so gpu_allocated_at_start_bytes is subtracted."""
     n = result.hardware["world_size"]
     rows = []
     for r in bench_rows(result):
         if not r["ok"]:
-            rows.append([r["config"], "—", "—", "—", "—", "—", r["error"][:80]])
+            rows.append([r["config"], r.get("client_optimizer", "—"), "—", "—", "—", "—", "—",
+                         "시작하지 못함: " + r["error"][:60]])
             continue
         mb = r.get("memcpy_bytes", {})
         steps = r.get("memcpy_steps", 1) or 1
-        rows.append([r["config"], f"{r['fwd_bwd_ms_median']:.1f}", f"{r['step_ms_median']:.1f}",
-                     f"{mb.get('DtoH', 0) / steps / 1e6:,.1f}", f"{FP32 * r['psi'] / n / 1e6:,.1f}",
-                     f"{mb.get('HtoD', 0) / steps / 1e6:,.1f}", f"{PARAM_BYTES * r['psi'] / n / 1e6:,.1f}"])
+        pred = link_prediction(r, n)
+        z = r["zero_optimization"]
+        on_gpu = placement_bytes(r["psi"], n, z["stage"], "offload_optimizer" in z, "offload_param" in z)["gpu"]
+        peak = r.get("gpu_max_allocated_bytes")
+        if peak is not None:
+            peak -= r.get("gpu_allocated_at_start_bytes", 0)
+        rows.append([r["config"], r.get("client_optimizer", "—"), f"{mb.get('DtoH', 0) / steps / 1e6:,.2f}",
+                     "—" if pred is None else f"{pred['DtoH'] / 1e6:,.2f}",
+                     f"{mb.get('HtoD', 0) / steps / 1e6:,.2f}", "—" if pred is None else f"{pred['HtoD'] / 1e6:,.2f}",
+                     "—" if peak is None else f"{peak / 1e6:,.1f}", f"{on_gpu / 1e6:,.1f}"])
     return rows
 
 
-# --8<-- [start:gpu]
-def gpu_results() -> list:
-    """Every GPU results file of offload_bench (an empty list while none has been committed)."""
-    from snippets import results
-
-    try:
-        return results.load("offload_bench", kind="gpu")
-    except results.ResultsError:
-        return []
+GPU_HEADER = ["config", "client optimizer", "DtoH MB / step (측정)", "DtoH 예측", "HtoD MB / step (측정)", "HtoD 예측",
+              "max_memory_allocated − 시작 시 allocated, MB (측정)", "GPU 의 model states MB (정의 5.6.1)"]
 
 
-def gpu_section(runs) -> str:
-    """Markdown for the GPU measurement: a table per GPU result file, or the plain statement that none exists."""
-    from snippets import results
+def pcie_rows(result) -> list[list]:
+    """The host probe's pinned copies over the link (CUDA only) next to the BW_pcie experiment 3 assumes."""
+    return [[p["rank"], f"{p['pcie_h2d_GBps']:.1f}", f"{p['pcie_d2h_GBps']:.1f}", f"{ASSUMED.pcie / GB:.1f}",
+             f"{p['pcie_h2d_GBps'] * GB / ASSUMED.pcie:.2f}"] for p in probe_rows(result) if "pcie_h2d_GBps" in p]
 
-    if not runs:
-        return ("**이 판 (edition) 에는 GPU 결과가 없습니다.** `gpu_runs/results/offload_bench/` 에 GPU 결과 파일이 "
-                "아직 없기 때문입니다. `torchrun --nproc_per_node=1 gpu_runs/offload_bench.py --preset gpu` 로 만든 파일이 "
-                "커밋되면 이 자리에 그 표가 자동으로 나타납니다.")
-    out = []
-    for r in runs:
-        out.append(results.markdown_table(
-            ["config", "fwd+bwd (ms)", "optimizer step (ms)", "DtoH MB / step (측정)", "4ψ/N MB (fp32 grad, 예측)",
-             "HtoD MB / step (측정)", "2ψ/N MB (16-bit param, 예측)"], gpu_rows(r)))
-        out.append("")
-        probes = [p for p in probe_rows(r) if "pcie_h2d_GBps" in p]
-        if probes:
-            out.append(results.markdown_table(
-                ["rank", "pinned HtoD (GB/s, 측정)", "pinned DtoH (GB/s, 측정)", "가정한 BW_pcie, Gen4 (GB/s)",
-                 "CPU AdamW (ms, 측정)", "대역폭 하한 (ms)"],
-                [[p["rank"], f"{p['pcie_h2d_GBps']:.1f}", f"{p['pcie_d2h_GBps']:.1f}", f"{ASSUMED.pcie / GB:.1f}",
-                  f"{p['adam_ms']:.1f}", f"{p['adam_bound_ms']:.1f}"] for p in probes]))
-            out.append("")
-        out.append(results.provenance_box(r))
-    return "\n".join(out)
+
+PCIE_HEADER = ["rank", "pinned HtoD (GB/s, 측정)", "pinned DtoH (GB/s, 측정)", "가정한 BW_pcie, Gen4 (GB/s)", "HtoD / 가정"]
 # --8<-- [end:gpu]
+
+
+# ------------------------------------------------------------------ experiment 5: the link offload crosses
+
+MEM_PROGRAM = "mem_bandwidth"
+DIRECTIONS = {"host_to_device": "HtoD (host → GPU)", "device_to_host": "DtoH (GPU → host)"}
+
+
+# --8<-- [start:hostlink]
+def link_rates(result) -> dict[str, float] | None:
+    """The fastest copy of each direction × host memory in one mem_bandwidth file (bytes / s), or None when
+    the file says host↔device copies do not apply (no CUDA device)."""
+    m = result.measurements
+    if not all(m[d]["applies"] for d in DIRECTIONS):
+        return None
+    return {f"{d}/{mem}": max(r["GBps"] for r in m[d][mem]) * 1e9 for d in DIRECTIONS for mem in ("pinned", "pageable")}
+
+
+def shipped_link_bandwidth(h2d: float, d2h: float) -> float:
+    """One bandwidth for DeepSpeed 0.19.8's ZeRO-2 offload step (4 bytes a parameter down, 2 up, one after the
+    other): the rate B with LINK_BYTES_SHIPPED / B = 4 / d2h + 2 / h2d, as step_times' link term takes it."""
+    return LINK_BYTES_SHIPPED / (FP32 / d2h + PARAM_BYTES / h2d)
+
+
+def link_share(bw: float, hw: Hardware = ASSUMED) -> float:
+    """The link's part of τ* (Theorem 5.6.5): (c_L / B) / (c_L / B + c_A / BW_cpu)."""
+    link = LINK_BYTES_SHIPPED / bw
+    return link / (link + ADAM_CPU_BYTES / hw.cpu_bw)
+# --8<-- [end:hostlink]
+
+
+def host_link_tab(plat) -> str:
+    """Experiment 5 on one hardware: pinned and pageable copies each way by size, and the page's τ* (Theorem 5.6.5)
+    with the measured link in place of the assumed one; where the file says the copies do not apply, its reason."""
+    from snippets import results
+
+    run = plat.runs[0]
+    m = run.measurements
+    if not all(m[d]["applies"] for d in DIRECTIONS):
+        reasons = "\n".join(f"    - {DIRECTIONS[d]}: {m[d]['reason']}" for d in DIRECTIONS if not m[d]["applies"])
+        return (f'!!! note "이 하드웨어에는 host↔device 복사가 없습니다"\n    결과 파일이 적은 이유 그대로 (숫자는 기록되지 '
+                f'않았습니다):\n\n{reasons}\n\n    이 파일에 있는 것은 {m["device_to_device"]["memory"]} 안의 복사뿐이고, '
+                f'그것은 Ch1-05 의 실험 7 이 읽습니다.\n')
+    sizes = [r["bytes"] for r in m["host_to_device"]["pinned"]]
+    col = {(d, mem): {r["bytes"]: r for r in m[d][mem]} for d in DIRECTIONS for mem in ("pinned", "pageable")}
+    fmt = lambda n: f"{n / 2**20:g} MiB" if n >= 2**20 else f"{n / 2**10:g} KiB"  # noqa: E731
+    table = results.markdown_table(
+        ["S", "HtoD pinned (GB/s)", "HtoD pageable", "DtoH pinned", "DtoH pageable"],
+        [[fmt(s), *[f"{col[(d, mem)][s]['GBps']:.2f}" for d in DIRECTIONS for mem in ("pinned", "pageable")]]
+         for s in sizes])
+    rates = link_rates(run)
+    big = max(sizes)
+    wall = "; ".join(f"{DIRECTIONS[d].split()[0]} {mem} {col[(d, mem)][big]['wall_GBps']:.2f} (event {col[(d, mem)][big]['GBps']:.2f})"
+                     for d in DIRECTIONS for mem in ("pinned", "pageable"))
+    lines = [f"가장 빠른 복사: " + ", ".join(f"{DIRECTIONS[k.split('/')[0]].split()[0]} {k.split('/')[1]} "
+                                            f"{v / GB:.2f} GB/s" for k, v in rates.items()),
+             "pinned / pageable: " + ", ".join(
+                 f"{DIRECTIONS[d].split()[0]} {rates[f'{d}/pinned'] / rates[f'{d}/pageable']:.2f}×" for d in DIRECTIONS),
+             f"host 의 wall clock 으로 잰 GB/s (두 번째 방법, S = {fmt(big)}): {wall}"]
+    links = {"가정: PCIe Gen4 x16 의 80 % (실험 3)": ASSUMED.pcie,
+             "측정: pinned": shipped_link_bandwidth(rates["host_to_device/pinned"], rates["device_to_host/pinned"]),
+             "측정: pageable": shipped_link_bandwidth(rates["host_to_device/pageable"], rates["device_to_host/pageable"])}
+    model = results.markdown_table(
+        ["링크", "B (GB/s, DtoH 4 + HtoD 2 bytes 에 맞춘 값)", "c_L / B (ns / 파라미터)", "τ* 에서 링크 항의 몫",
+         f"τ* (N = {NODE_N}, token / GPU)"],
+        [[k, f"{b / GB:.2f}", f"{LINK_BYTES_SHIPPED / b * 1e9:.3f}", f"{link_share(b):.0%}",
+          f"{breakeven_tokens(NODE_N, ASSUMED, pcie=b):,.0f}"] for k, b in links.items()])
+    return "\n\n".join([table, "\n".join(f"- {x}" for x in lines),
+                        f"실험 3 의 모델 (CPU, GPU 의 가정은 그대로) 에 이 링크를 넣으면:", model])

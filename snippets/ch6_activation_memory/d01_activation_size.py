@@ -119,3 +119,18 @@ def gpt3_summary(r: results.Result):
             "paper_model": L * am.no_parallel(s, b, h, a), "weights_bf16": 2 * am.GPT3["params"],
             "block_weights": 2 * block_params(h), "b_for_13TB": am.batch_for_total(13e12, s, h, a, L),
             "s2_share": am.s2_share(s, b, h, a)}
+
+
+def stack_layer(r: results.Result) -> dict:
+    """One results file's real stack (checkpoint_bench, mode "none"): the bytes alive after forward, per layer,
+    against Theorem 6.1.3 with the width this device gives the dropout masks and the LayerNorm statistics
+    (d02_gradient_checkpointing.layer_sizes: CPU bf16 noise and bf16 statistics, CUDA bool masks and fp32).
+    On CPU the bytes come from MemTracker, on CUDA from the caching allocator (the file's memory_source)."""
+    from snippets.ch6_activation_memory.d02_gradient_checkpointing import layer_sizes
+
+    p, gpu = r.params, r.hardware["kind"] == "gpu"
+    none = next(m for m in r.measurements["modes"] if m["mode"] == "none")
+    A, _ = layer_sizes(p, gpu)
+    return {"L": p["layers"], "s": p["s"], "b": p["b"], "h": p["h"], "a": p["a"], "mask_bytes": 1 if gpu else 2,
+            "measured": none["act_after_forward"] / p["layers"], "model": A,
+            "paper": am.no_parallel(p["s"], p["b"], p["h"], p["a"]), "source": none["memory_source"]}

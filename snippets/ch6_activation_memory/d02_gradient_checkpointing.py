@@ -115,5 +115,22 @@ def timing_rows(r: results.Result):
             continue
         pred = 1.0 if m["segments"] == 0 else time_ratio(F, B)
         rows.append({"mode": m["mode"], "ms": m["fwd_bwd_ms_median"], "ratio": m["fwd_bwd_ms_median"] / none["fwd_bwd_ms_median"],
-                     "pred": pred, "calls": sum(m["block_forward_calls"]), "equal": m["grads_equal_to_none"]})
+                     "pred": pred, "calls": sum(m["block_forward_calls"]), "equal": m["grads_equal_to_none"],
+                     # matmul FLOPs counted by FlopCounterMode (recomputation included) over the measured time
+                     "tflops": m["flops"]["fwd_bwd"] / (m["fwd_bwd_ms_median"] * 1e-3) / 1e12,
+                     # the model's useful work (mode "none") over this mode's time: what recomputation costs
+                     "useful_tflops": none["flops"]["fwd_bwd"] / (m["fwd_bwd_ms_median"] * 1e-3) / 1e12})
     return rows, F, B
+
+
+def gemm_peak_tflops(plat, dtype: str = "bfloat16") -> float | None:
+    """The measured GEMM peak (gpu_runs/gemm_bench.py, measurements["peak"]["tflops"]) on the GPU of `plat`,
+    in `dtype` (checkpoint_bench's stack is bf16), or None: on CPU (scripts/runs.py runs gemm_bench there in
+    float32, a peak a bf16 stack must not be divided by), when that GPU has no gemm_bench file, or when its
+    peak was measured in another dtype."""
+    from snippets.ch5_zero_sharding.d05_fsdp import same_hardware
+
+    g = same_hardware("gemm_bench", plat) if plat.is_gpu else None
+    peaks = [float(r.measurements["peak"]["tflops"]) for r in (g.runs if g else [])
+             if r.measurements["peak"].get("dtype") == dtype]
+    return max(peaks) if peaks else None

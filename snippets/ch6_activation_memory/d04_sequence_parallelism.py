@@ -1,7 +1,7 @@
 """Ch6-04 Sequence Parallelism: the code the page runs and the tests import.
 
-Reads gpu_runs/results/sp_activation_bench (DTensor TP vs TP+SP on t CPU processes) and compares
-it with Korthikanti 2022 Table 2 (snippets/common/activation_memory.py); long-context formulas
+Reads gpu_runs/results/sp_activation_bench (DTensor TP vs TP+SP on t ranks: CPU processes with gloo, or
+GPUs with NCCL, one results file per hardware and t) and compares it, per hardware, with Korthikanti 2022 Table 2 (snippets/common/activation_memory.py); long-context formulas
 for context parallelism (ring attention) and DeepSpeed-Ulysses.
 """
 from __future__ import annotations
@@ -40,7 +40,11 @@ def memory_rows(r: results.Result):
     for variant in ("tp", "tp_sp"):
         parts = explained_bytes(s, b, h, a, t, variant, gpu=gpu)
         measured = [x["saved_bytes"] for x in r.measurements[variant]]
-        rows.append({"variant": variant, "t": t, "measured": measured, **parts, "explained": sum(parts.values())})
+        cuda = [x.get("cuda_allocated_after_forward") for x in r.measurements[variant]]  # None on CPU
+        peak = [x.get("cuda_peak_forward") for x in r.measurements[variant]]  # None on CPU
+        rows.append({"variant": variant, "t": t, "measured": measured, **parts, "explained": sum(parts.values()),
+                     "cuda_after_forward": None if None in cuda else cuda,
+                     "cuda_peak_forward": None if None in peak else peak})
     return rows
 
 

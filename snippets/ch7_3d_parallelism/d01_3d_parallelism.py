@@ -108,3 +108,87 @@ def mesh_rows(r) -> list[list]:
                     "predicted": {key: pred[key] for key in meas}, "same_every_step": k["counts_same_every_step"]})
     return out
 # --8<-- [end:mesh]
+
+
+def mesh_tables(r) -> tuple[str, str]:
+    """One mesh_3d results file as two Markdown tables: loss against one process, and the collectives
+    per step against Theorem 7.1.5 on every rank."""
+    from snippets import results
+
+    m = r.measurements
+    losses = results.markdown_table(["step", f"{m['d']}×{m['t']} mesh 의 loss", "한 process 의 loss", "|차이|"],
+                                    [[i, f"{a:.9f}", f"{b:.9f}", f"{abs(a - b):.1e}"]
+                                     for i, (a, b) in enumerate(zip(m["losses"], m["ref_losses"]))])
+    names = {"tp_forward_all_reduce": "TP all-reduce, forward", "tp_backward_all_reduce": "TP all-reduce, backward",
+             "dp_all_gather_forward": "FSDP all-gather, forward", "dp_all_gather_backward": "FSDP all-gather, backward",
+             "dp_reduce_scatter": "FSDP reduce-scatter, backward"}
+    ranks = mesh_rows(r)
+    counts = results.markdown_table(["collective (step 당)", "예측 (정리 7.1.5, Ch3)", f"측정 (rank 0–{len(ranks) - 1})"],
+                                    [[v, ranks[0]["predicted"][k], ", ".join(str(x["measured"][k]) for x in ranks)]
+                                     for k, v in names.items()])
+    return losses, counts
+
+
+# --8<-- [start:gemm]
+def gemm_efficiency(r) -> list[dict]:
+    """One gemm_bench results file: every swept GEMM's measured TFLOP/s as a fraction of the same file's
+    measured peak (measurements["peak"]["tflops"]). Families: square, and the Megatron TP shard shapes
+    mlp_up, mlp_down, qkv, attn_out of a layer of width h split t ways."""
+    peak = float(r.measurements["peak"]["tflops"])
+    return [{**g, "efficiency": float(g["tflops"]) / peak} for g in r.measurements["sweep"]]
+# --8<-- [end:gemm]
+
+
+GEMM_FAMILIES = ("square", "mlp_up", "mlp_down", "qkv", "attn_out")
+
+
+def planner_comparable(plat, r, dtype: str = "bfloat16") -> bool:
+    """Whether a gemm_bench file may be set against the planner's F and MFU: only a GPU's, and only when its
+    peak was measured in the planner's dtype (F is a bf16 dense peak). scripts/runs.py also runs gemm_bench on
+    CPU, in float32: that file's efficiency is against its own peak, and comparing it with F would mix
+    hardware and dtype."""
+    return plat.is_gpu and r.measurements["peak"].get("dtype") == dtype
+
+
+def gemm_table(r, mfu: float, focus: tuple[int, int] | None = None, flops: float | None = None,
+               compare: bool = True) -> str:
+    """A pivot of gemm_efficiency: one row per (h, t, tokens), one column per family (efficiency, %), and
+    a closing line that sets the measured range, and the shards of the planner's layout `focus` = (h, t)
+    when the sweep has it, beside the planner's assumed MFU. The table's efficiency is against the file's
+    own measured peak; MFU is against the catalogue peak F (`flops`), so the line also gives the shards'
+    TFLOP/s over F, the number comparable with the planner's F·MFU. compare=False (a CPU file, or a dtype
+    other than the planner's: planner_comparable) leaves out F and the MFU and says why."""
+    from snippets import results
+
+    rows = gemm_efficiency(r)
+    keys = sorted({(g["h"], g["t"]) for g in rows})
+    fams = [f for f in GEMM_FAMILIES if any(g["family"] == f for g in rows)]
+    cell = {(g["h"], g["t"], g["family"]): g for g in rows}  # square: h × h @ h × h, in its row t = 1
+    tokens = sorted({g["tokens"] for g in rows if g["family"] != "square"})
+    table = results.markdown_table(
+        ["h", "t", *fams],
+        [[h, t, *("—" if (h, t, f) not in cell else f"{cell[(h, t, f)]['efficiency']:.0%}" for f in fams)]
+         for h, t in keys])
+    table = f"GEMM TFLOP/s ÷ peak; shard 의 행 수 m = tokens = {', '.join(f'{n:,}' for n in tokens)}\n\n" + table
+    shards = [g for g in rows if g["family"] != "square" and g["t"] > 1]
+    peak = r.measurements["peak"]
+    parts = [f"peak: {float(peak['tflops']):.3g} TFLOP/s ({peak.get('dtype', '')}"
+             + (f", {peak['m']}×{peak['n']}×{peak['k']}" if all(k in peak for k in "mnk") else "") + ")"]
+    if shards:
+        eff = [g["efficiency"] for g in shards]
+        parts.append(f"TP shard 모양 ($t > 1$) 의 GEMM 효율: {min(eff):.0%}–{max(eff):.0%}")
+        if flops and compare:
+            of_f = [float(g["tflops"]) * 1e12 / flops for g in shards]
+            parts.append(f"같은 shard 의 TFLOP/s ÷ planner 의 F ({flops / 1e12:.0f} TFLOP/s): {min(of_f):.0%}–{max(of_f):.0%}")
+    mine = [g for g in rows if focus and (g["h"], g["t"]) == tuple(focus)]
+    if mine:
+        parts.append(f"$h = {focus[0]}$, $t = {focus[1]}$ (실험 1 의 배치) 의 shard: "
+                     + ", ".join(f"{g['family']} {g['efficiency']:.0%}" for g in mine))
+    if compare:
+        parts.append(f"planner 가 가정한 MFU: {mfu:.0%}. GEMM 효율은 그 GEMM 혼자의 상한이라, attention·LayerNorm·통신이 섞인 "
+                     "step 의 MFU 는 그보다 낮습니다")
+    else:
+        parts.append(f"이 파일은 GPU 의 bf16 측정이 아니라서 ({peak.get('dtype', '?')}) planner 의 F 와 MFU (GPU 의 bf16 peak 기준) "
+                     "와는 비교하지 않습니다. 효율은 이 하드웨어 자신의 peak 에 대한 비율입니다")
+    line = "; ".join(parts) + "."
+    return table + "\n\n" + line

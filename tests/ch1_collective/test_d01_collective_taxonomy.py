@@ -1,4 +1,5 @@
 """Ch1-01 Collective Operation 의 분류: each test asserts a claim the page makes."""
+import json
 import time
 
 import numpy as np
@@ -7,7 +8,7 @@ import pytest
 from snippets import results
 from snippets.ch1_collective import d01_collective_taxonomy as page
 from snippets.common.alphabeta import BUSBW_FACTOR
-from tests.conftest import cell_budget
+from tests.conftest import ROOT, cell_budget
 
 
 def _rand(n, c, seed=0):
@@ -194,6 +195,73 @@ def test_tiny_launch_matches_reference(run_tiny):
     rows = page.check_against_reference(data)
     assert {row["collective"] for row in rows} == set(page.COLLECTIVES) | {"rs_then_ag", "all_reduce_avg"}
     assert all(row["match"] for row in rows)
+
+
+# ---------------------------------------------------------------- experiment 2: one tab per hardware
+
+GPU_FIXTURE = ROOT / "tests" / "gpu_fixtures" / "results" / "collectives_semantics" / "gpu-nccl-1x4-nvidia-h200.json"
+
+
+def _gpu_platform(mutate=None):
+    d = json.loads(GPU_FIXTURE.read_text())
+    if mutate:
+        mutate(d)
+    (plat,) = results.platforms([results.Result(GPU_FIXTURE, d)])
+    return plat, d
+
+
+def test_gpu_tab_checks_the_files_calls():
+    """The GPU tab names its backend and unit, counts every call of that file, and a wrong output in
+    the file turns into a ❌ and a lower count (the check reads the file, not a constant)."""
+    plat, d = _gpu_platform()
+    calls = len(d["measurements"]["calls"])
+    md = page.check_tab(plat)
+    assert "nccl, N = 4 GPUs" in md and "processes" not in md
+    assert f"{calls} 개 호출 중 reference 와 일치: **{calls}**" in md
+
+    def break_all_reduce(d):
+        call = next(c for c in d["measurements"]["calls"] if c["api"] == "all_reduce")
+        call["ranks"][2]["output"][0] += 1
+
+    plat, _ = _gpu_platform(break_all_reduce)
+    md = page.check_tab(plat)
+    assert f"일치: **{calls - 1}**" in md and "| `all_reduce` | all_reduce | ❌ |" in md
+
+
+def test_tab_readings_follow_the_file():
+    """The readings printed in each tab come from that file: a backend whose non-root reduce buffers
+    hold their inputs, and one that refuses AVG, are read as such."""
+    def untouched(d):
+        call = next(c for c in d["measurements"]["calls"] if c["api"] == "reduce")
+        for r in call["ranks"]:
+            if r["scratch"] is not None:
+                r["scratch"] = r["input"]
+
+    plat, _ = _gpu_platform(untouched)
+    assert "이 nccl 에서 root 가 아닌 rank 의 buffer 는 입력 그대로 남았습니다." in page.reduce_scratch_tab(plat)
+    plat, _ = _gpu_platform()
+    assert "부분합" in page.reduce_scratch_tab(plat)  # the fixture mirrors the CPU file's gloo buffers
+
+    def refuse_avg(d):
+        call = next(c for c in d["measurements"]["calls"] if c["api"] == "all_reduce(op=ReduceOp.AVG)")
+        for r in call["ranks"]:
+            r["output"], r["error"] = None, "RuntimeError: AVG not supported"
+
+    plat, _ = _gpu_platform(refuse_avg)
+    assert "이 nccl 는 AVG 를 거절했습니다" in page.avg_tab(plat)
+    plat, d = _gpu_platform()
+    n = d["hardware"]["world_size"]
+    ar = next(c for c in d["measurements"]["calls"] if c["api"] == "all_reduce")["ranks"][0]["output"]
+    avg = next(c for c in d["measurements"]["calls"] if c["api"] == "all_reduce(op=ReduceOp.AVG)")["ranks"][0]["output"]
+    assert np.allclose(avg, np.array(ar) / n) and "평균 (SUM / N) 을 돌려주었습니다" in page.avg_tab(plat)
+
+
+def test_calls_and_decomposition_tabs_show_every_rank():
+    plat, d = _gpu_platform()
+    md = page.calls_tab(plat)
+    assert all(f'"{api}"' in md for api in page.COLLECTIVES)
+    dec = page.decomposition_tab(plat)
+    assert dec.count("✅") == d["hardware"]["world_size"] and "❌" not in dec
 
 
 # ---------------------------------------------------------------- experiment 4: where they are used

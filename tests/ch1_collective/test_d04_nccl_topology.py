@@ -2,6 +2,7 @@
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -214,9 +215,75 @@ def test_parser_reads_the_source_formats():
                              "channels": (0, 1)}
 
 
-def test_capture_cell_without_results_says_how_to_produce_one(tmp_path):
-    text = page.captured_log_markdown(tmp_path)
+def test_capture_cells_without_results_say_so_and_how_to_produce_one(tmp_path):
+    """No capture file: the head-of-experiment box is the danger box (printed by the cell, not typed
+    into the page) and the capture cell says how to make one; neither shows a log line."""
+    status = page.capture_status(tmp_path)
+    assert "admonition danger" in status and "이 판에는 GPU 로그가 없습니다" in status and "NCCL INFO" not in status
+    text = page.captured_log(tmp_path)
     assert "없습니다" in text and page.CAPTURE_COMMAND in text and "NCCL INFO" not in text
+    assert "hardware-tabs" not in text
+
+
+FIXTURE = ROOT / "tests" / "gpu_fixtures" / "results" / page.CAPTURE_PROGRAM / "gpu-nccl-1x8-nvidia-h200.json"
+
+
+def _fixture_folder(tmp_path, mutate=None):
+    """The fixture copied into <tmp>/nccl_debug_capture/ (a results file must lie in its program's folder)."""
+    d = json.loads(FIXTURE.read_text())
+    if mutate:
+        mutate(d)
+    folder = tmp_path / page.CAPTURE_PROGRAM
+    folder.mkdir()
+    (folder / FIXTURE.name).write_text(json.dumps(d))
+    return folder, d
+
+
+def _independent_choices(d):
+    """AllReduce (bytes -> {ALGO/proto}) from rank 0's lines, by splitting the enqueue.cc format by hand."""
+    out = {}
+    for ln in next(g for g in d["measurements"]["logs"] if g["rank"] == 0)["lines"]:
+        body = ln.split(" NCCL INFO ", 1)[1]
+        if body.startswith("AllReduce: ") and " Bytes -> Algo " in body:
+            words = body.split()
+            out.setdefault(int(words[1]), set()).add(f"{words[5]}/{words[7]}")
+    return out
+
+
+def test_capture_cells_with_a_capture_show_it_per_gpu_hardware(tmp_path):
+    """A capture file (the synthetic GPU fixture, in a temporary folder): the head box no longer says
+    there is no log, names the hardware and that the file is synthetic; the capture cell shows one GPU
+    tab, the file's provenance, and each AllReduce size with the algorithm the file's lines name."""
+    folder, d = _fixture_folder(tmp_path)
+    status = page.capture_status(folder)
+    assert "GPU 로그가 없습니다" not in status and "admonition info" in status
+    assert "8× NVIDIA H200" in status and d["git"]["commit"][:12] in status and "합성 fixture" in status
+    html = page.captured_log(folder)
+    assert 'class="tabbed-set tabbed-alternate hardware-tabs"' in html
+    assert "GPU — 8× NVIDIA H200, NCCL" in html and "CPU —" not in html
+    assert f"gpu_runs/results/nccl_debug_capture/{FIXTURE.name}" not in html  # read from tmp_path, not the repo
+    assert f"<code>{folder / FIXTURE.name}</code>" in html
+    choices = _independent_choices(d)
+    assert len(choices) == len(d["params"]["sizes"])
+    for s, picked in choices.items():
+        assert re.search(rf"<td[^>]*>{page.human_bytes(s)}</td>\n<td>{', '.join(sorted(picked))}</td>", html), s
+    n = d["hardware"]["world_size"]
+    rings = sum(ln.split(" NCCL INFO ", 1)[1].startswith("Ring ") for g in d["measurements"]["logs"] for ln in g["lines"])
+    assert rings == n * 4
+    assert f"Ring</code> 줄 {rings} 개 가운데 그 순서의 이웃과 같은 줄 {rings}" in html
+
+
+def test_ring_check_catches_a_ring_line_that_disagrees(tmp_path):
+    """The ring check can fail: one rank's Ring line with a wrong neighbour is counted as disagreeing."""
+    def corrupt(d):
+        lines = d["measurements"]["logs"][3]["lines"]
+        i = next(k for k, ln in enumerate(lines) if " NCCL INFO Ring 00 : " in ln)
+        lines[i] = lines[i].rsplit("->", 1)[0] + "-> 6"
+
+    _, d = _fixture_folder(tmp_path, corrupt)
+    parsed = page.parse_nccl_log([ln for g in d["measurements"]["logs"] for ln in g["lines"]])
+    ok, total = page.ring_agreement(parsed)
+    assert (ok, total) == (total - 1, 32)
 
 
 def test_no_invented_capture_is_committed():
@@ -308,21 +375,54 @@ def test_log_format_table_is_markdown_safe():
     assert all("|" not in cell for row in page.LOG_FORMATS for cell in row)
 
 
-def test_page_names_the_capture_command_and_states_no_log():
+def test_page_names_the_capture_command_and_prints_the_capture_state_from_cells():
+    """The "no GPU log" box is not typed into the page: the cells that read the results folder print it."""
     text = (ROOT / "docs" / "ch1-collective" / "04-nccl-topology.md").read_text(encoding="utf-8")
     assert page.CAPTURE_COMMAND in text
-    assert "GPU 로그가 없습니다" in text and "captured_log_markdown()" in text
+    assert "GPU 로그가 없습니다" not in text
+    assert "print(capture_status())" in text and "print(captured_log())" in text
     assert "NCCL INFO" not in text  # no log line is typed into the page
 
 
-def test_render_capture_on_a_synthetic_record():
-    """The renderer the page uses when a real capture exists (this record lives only in the test)."""
-    lines = [_line("Channel 00/02 : 0 1"), _line("AllReduce: 1024 Bytes -> Algo TREE proto LL channel{Lo..Hi}={0..0}")]
-    data = {"hardware": {"gpu_count": 2, "gpu_name": "test-gpu"}, "versions": {"nccl": "x"},
+def test_render_capture_on_a_record_built_here():
+    """The renderer on a two-rank record that lives only in this test: the log excerpt, and the
+    algorithm choice read against experiment 2's model at the RING graph's nChannels × bw."""
+    lines = [_line("comm 0x1 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0 MNNVL 0"),
+             _line("Pattern 4, crossNic 0, nChannels 2, bw 20.000000/20.000000, type NVL/PIX, sameChannels 1"),
+             _line("Channel 00/02 : 0 1"), _line("Ring 00 : 1 -> 0 -> 1"),
+             _line("AllReduce: 1024 Bytes -> Algo TREE proto LL channel{Lo..Hi}={0..0}")]
+    data = {"hardware": {"gpu_count": 2, "gpu_name": "test-gpu", "world_size": 2, "nnodes": 1},
+            "versions": {"nccl": "x"},
             "measurements": {"calls": [], "logs": [{"rank": 0, "node": 0, "lines": lines},
                                                    {"rank": 1, "node": 0, "lines": []}]}}
     md = page.render_capture(data)
-    assert "| AllReduce | 1,024 | TREE | LL | 0..0 |" in md and "Channel 00/02 : 0 1" in md
+    assert "Channel 00/02 : 0 1" in md and "2× test-gpu" in md
+    checks = page.capture_checks(data)
+    model = page.select([1024], 1, 2, 2 * 20.0, "nvlink")[0]
+    assert f"| 1 KiB | TREE/LL | {model[0].upper()}/{model[1]} |" in checks
+    assert "| RING | 2 | 20 / 20 | NVL/PIX | 40 |" in checks
+    assert "nRanks 2, nNodes 1" in checks and "같음" in checks
+
+
+def test_busbw_tab_on_the_gpu_fixture():
+    """The GPU tab of experiment 3: its unit is GPUs, every world size of the file appears, and the
+    largest-S row carries that file's time and a busbw recomputed here from its JSON."""
+    files = sorted((ROOT / "tests" / "gpu_fixtures" / "results" / "collectives_bench").glob("gpu-*.json"))
+    runs = [results.read(f) for f in files]
+    (plat,) = results.platforms(runs)
+    md = page.busbw_tab(plat)
+    assert "N (GPUs)" in md and "processes" not in md
+    assert "rank 마다 GPU 가 하나라 과다 구독이 없습니다" in md and "scheduler" not in md
+    for f in files:
+        d = json.loads(f.read_text())
+        n = d["hardware"]["world_size"]
+        rows = [m for m in d["measurements"] if m["op"] == "all_reduce"]
+        big = max(rows, key=lambda m: m["bytes"])
+        busbw = big["bytes"] / (big["time_us_median"] * 1e-6) / 1e9 * 2 * (n - 1) / n
+        assert f"| {n} | all_reduce | {2 * (n - 1) / n:.3f} | {page.human_bytes(big['bytes'])} | " \
+               f"{big['time_us_median'] / 1e3:.3g} ms |" in md
+        assert f"| {busbw:.3f} |" in md
+    assert "<svg" in md
 
 
 # ---------------------------------------------------------------- Theorem 1.4.9, experiments 5 and 6

@@ -1,4 +1,5 @@
 """Ch1-05 Bandwidth vs Latency Bound (and the Chapter 1 lab): each test asserts a claim the page makes."""
+import json
 import time
 from pathlib import Path
 
@@ -14,7 +15,19 @@ from tests.conftest import cell_budget
 
 @pytest.fixture(scope="module")
 def runs():
+    """The committed CPU results: the page's prose reads them (the GPU tabs are tested on the fixtures below)."""
     return {r.hardware["world_size"]: r for r in results.load("collectives_bench", kind="cpu")}
+
+
+GPU_FIXTURES = sorted((Path(__file__).resolve().parents[2] / "tests" / "gpu_fixtures" / "results" /
+                       "collectives_bench").glob("gpu-*.json"))
+
+
+@pytest.fixture(scope="module")
+def gpu_platform():
+    (plat,) = results.platforms([results.read(f) for f in GPU_FIXTURES])
+    assert plat.is_gpu
+    return plat
 
 
 # --- theory: S*, the bandwidth share, crossovers -------------------------------------------------
@@ -124,7 +137,7 @@ def test_oversubscribed_small_messages_exceed_step_ratio(runs):
     than their step counts (2 → 6) predict."""
     # the page's premise, asserted (not skipped): the committed 4-process run had fewer cores than processes
     assert runs[4].hardware["cpu_count"] < 4, "4-process result not oversubscribed: re-read experiment 3's prose"
-    rows = {r["op"]: r for r in page.oversubscription_rows(runs)}
+    rows = {r["op"]: r for r in page.oversubscription_rows(runs[2], runs[4])}
     for op in ("all_reduce", "reduce_scatter", "all_gather"):
         assert rows[op]["measured_ratio"] > 2 * rows[op]["step_ratio"], op
     fits4 = page.fit_all(runs[4])
@@ -214,7 +227,7 @@ def test_readings_of_experiments_2_and_3(runs):
     bw = {op: f["bandwidth_GBps"] for op, f in page.fit_all(runs[2]).items()}
     assert max(bw.values()) / min(bw.values()) > 2  # exercise 3 (a): "몇 배", not a link constant
     assert runs[4].hardware["cpu_count"] < 4   # the page's premise, asserted rather than gated by an `if`
-    rows = {r["op"]: r for r in page.oversubscription_rows(runs)}
+    rows = {r["op"]: r for r in page.oversubscription_rows(runs[2], runs[4])}
     for op in ("broadcast", "all_to_all"):
         assert rows[op]["measured_ratio"] < 2 * rows[op]["step_ratio"], op
     # the pages call the committed CPU results "2-core": every committed run says so
@@ -301,3 +314,157 @@ def test_gap_program_tiny_run_checks_itself(run_tiny):
     assert methods == {(k, s) for k in ("gloo", "ds_shm", "memcpy") for s in sizes}
     assert all(m["wrong"] == 0 for m in data["measurements"])
     assert data["params"]["ds_shm"] == "ran"
+
+
+# ---------------------------------------------------------------- the GPU tabs (synthetic GPU fixtures)
+
+def _weighted_fit(sizes, secs, a, b):
+    """Independent α, β: minimise Σ ((aα + bSβ − t)/t)² by the normal equations."""
+    m = np.column_stack([np.full_like(sizes, a) / secs, b * sizes / secs])
+    coef = np.linalg.solve(m.T @ m, m.T @ np.ones_like(secs))
+    return coef
+
+
+def test_gpu_tab_fits_every_world_size_under_nccl_models(gpu_platform):
+    """Experiment 2's GPU tab: both fixture world sizes are fitted (one GPU per rank: no oversubscription
+    filter), with NCCL's models (broadcast: a pipelined ring, N − 1 hops and S per rank), and the α shown
+    is the one recomputed here from the file's JSON."""
+    md = page.fit_tab(gpu_platform)
+    assert [r.hardware["world_size"] for r in page.timing_runs(gpu_platform)] == [2, 4]
+    for f in GPU_FIXTURES:
+        d = json.loads(f.read_text())
+        n = d["hardware"]["world_size"]
+        assert f"**N = {n} GPUs, nccl**" in md
+        rows = [m for m in d["measurements"] if m["op"] == "broadcast"]
+        s = np.array([m["bytes"] for m in rows], float)
+        t = np.array([m["time_us_median"] for m in rows]) * 1e-6
+        alpha, beta = _weighted_fit(s, t, n - 1, 1.0)
+        assert f"| broadcast | ring (pipeline 된 사슬) | {n - 1} | 1·S | {alpha * 1e6:.0f} µs | {1 / beta / 1e9:.3f} GB/s |" in md
+    assert "processes" not in md
+
+
+def test_cpu_tab_fits_only_runs_within_the_cores(runs):
+    (plat,) = results.platforms(list(runs.values()))
+    assert [r.hardware["world_size"] for r in page.timing_runs(plat)] == [2]
+    md = page.fit_tab(plat)
+    assert "**N = 2 processes, gloo**" in md and "**N = 4" not in md
+    assert "| broadcast | binomial tree | 1 | 1·S |" in md
+    over = page.oversubscription_tab(plat)
+    assert "N = 4 은 core 보다 process 가 많습니다" in over and "**N = 4 processes 의 fit (과다 구독)**" in over
+    far = over.split("측정 비가 step 수 비의 2 배를 넘는 collective: ")[1].split(";")[0]
+    assert set(far.split(", ")) >= {"all_reduce", "reduce_scatter", "all_gather"}   # the prose's reading
+
+
+def test_gpu_oversubscription_and_crossover_tabs(gpu_platform):
+    """Experiment 3's GPU tab says there is no oversubscription and fits nothing extra; experiment 4's GPU
+    tab extrapolates from that hardware's own N = 2 all_reduce fit."""
+    md = page.oversubscription_tab(gpu_platform)
+    assert "과다 구독이 아닙니다" in md and "oversubscribed" not in md
+    for r in page.oversubscription_rows(*gpu_platform.runs):
+        assert f"| {r['op']} |" in md
+    d = json.loads(GPU_FIXTURES[0].read_text())
+    assert d["hardware"]["world_size"] == 2
+    rows = [m for m in d["measurements"] if m["op"] == "all_reduce"]
+    s = np.array([m["bytes"] for m in rows], float)
+    t = np.array([m["time_us_median"] for m in rows]) * 1e-6
+    alpha, beta = _weighted_fit(s, t, 2, 1.0)
+    cross = page.crossover_tab(gpu_platform)
+    assert f"fit 상수 (all_reduce, N = 2 GPUs): α = {alpha * 1e6:.3g} µs, 1/β = {1 / beta / 1e9:.3g} GB/s" in cross
+
+
+def test_missing_world_sizes_are_said_not_crashed(gpu_platform):
+    one = results.platforms([gpu_platform.runs[-1]])[0]   # a GPU platform with N = 4 only
+    assert "N 이 둘 이상인 측정이 없습니다" in page.oversubscription_tab(one)
+    assert "**N = 4 GPUs, nccl**" in page.fit_tab(one)
+
+
+# --- experiment 7: the device's own copy rate (gpu_runs/mem_bandwidth.py) ----------------------------
+
+MD = "ch1-collective/05-bandwidth-latency.md"
+
+
+def _gpu_copies(res: Path, program: str) -> list[Path]:
+    """Beside every CPU file of `program` in the scratch results folder `res`, its GPU-shaped copy as
+    tests/gpu_fixtures/make.py makes it (fixture_from_cpu, which applies augment/<program>.py)."""
+    from tests.gpu_fixtures.make import fixture_from_cpu
+
+    out = []
+    for cpu in sorted((res / program).glob("cpu-*.json")):
+        d = fixture_from_cpu(json.loads(cpu.read_text()), f"gpu_runs/results/{program}/{cpu.name}")
+        out.append(res / program / f"{d['hardware']['id']}.json")
+        out[-1].write_text(json.dumps(d))
+    assert out, f"no committed CPU result gpu_runs/results/{program}/cpu-*.json to mirror: run `make runs`"
+    return out
+
+
+def test_copy_ceiling_is_the_fastest_copy_and_collectives_stay_under_it():
+    """Experiment 7 on the committed CPU results: the ceiling is the largest GB/s in the mem_bandwidth file, the
+    copy is checked, and (the page's reading) every collective's best busbw on the same CPU stays under the
+    ceiling, at a few per cent of it, and under the copy rate at every size both measured."""
+    (mem,) = [r for r in results.experiment(page.MEM_PROGRAM) if not r.is_gpu]
+    d2d = mem.measurements["device_to_device"]
+    assert d2d["memory"] == "DRAM" and mem.measurements["check"]["ok"]
+    c = page.copy_ceiling(mem)
+    assert c["GBps"] == max(r["GBps"] for r in d2d["rows"])
+    assert c["largest"] == max(mem.params["d2d_sizes"])
+    for r in d2d["rows"]:
+        assert r["traffic_GBps"] == pytest.approx(2 * r["bytes"] / (r["time_us_median"] * 1e-6) / 1e9, rel=1e-9)
+    coll = [r for r in results.experiment("collectives_bench") if not r.is_gpu and not page.oversubscribed(r)]
+    assert coll
+    for r in coll:
+        best = max(m["busbw_GBps"] for m in r.measurements)
+        assert best < 0.1 * c["GBps"]
+        common = [m for m in r.measurements if m["bytes"] in c["by_size"]]
+        assert common and all(m["busbw_GBps"] < c["by_size"][m["bytes"]] for m in common)
+
+
+def test_experiment_7_tabs_read_each_hardwares_own_copy_and_collectives(tmp_path, monkeypatch):
+    """The page's cell, with a GPU-shaped copy of the committed file whose copy rates are scaled, so that the GPU
+    tab's ceiling can only come from that file; the collectives beside it are that hardware's (the GPU fixtures
+    of collectives_bench: GPUs, NCCL) and the CPU tab's are gloo's, each ratio recomputed from the JSON."""
+    from tests.page_cells import edit, results_dir, run_cell, tab
+
+    res = results_dir(tmp_path, [page.MEM_PROGRAM, page.COLL_PROGRAM, page.GAP_PROGRAM])  # run_cell runs the whole session
+    (gpu,) = _gpu_copies(res, page.MEM_PROGRAM)
+
+    def scale(d):
+        for r in d["measurements"]["device_to_device"]["rows"]:
+            r["GBps"] *= 37.0
+            r["traffic_GBps"] *= 37.0
+    edit(gpu, scale)
+    html = run_cell(MD, "ch1-05-exp7-ceiling", res, monkeypatch)
+    for kind, path in (("CPU", next((res / page.MEM_PROGRAM).glob("cpu-*.json"))), ("GPU", gpu)):
+        body = tab(html, kind)
+        d = json.loads(path.read_text())
+        rows = d["measurements"]["device_to_device"]["rows"]
+        ceiling = max(r["GBps"] for r in rows)
+        assert f"천장 (이 파일의 최댓값): <strong>{ceiling:,.2f} GB/s</strong>" in body
+        assert ("HBM" if kind == "GPU" else "DRAM") + " 안의 복사" in body
+        colls = [json.loads(p.read_text()) for p in sorted((res / page.COLL_PROGRAM).glob("*.json"))]
+        colls = [c for c in colls if (c["hardware"]["kind"] == "gpu") == (kind == "GPU")
+                 and not (c["hardware"]["kind"] == "cpu" and c["hardware"]["world_size"] > c["hardware"]["cpu_count"])]
+        assert colls
+        for c in colls:
+            n, unit = c["hardware"]["world_size"], "GPUs" if kind == "GPU" else "processes"
+            best = max(c["measurements"], key=lambda m: m["busbw_GBps"])
+            assert (f"N = {n} {unit} ({c['hardware']['backend']}): 가장 빠른 collective {best['op']} 의 busbw "
+                    f"{best['busbw_GBps']:,.3g} GB/s") in body
+            assert f"= 천장의 {best['busbw_GBps'] / ceiling:.1%}" in body
+        assert "GPUs" not in body if kind == "CPU" else "processes" not in body.split("provenance")[0]
+
+
+def test_experiment_7_says_when_a_hardware_has_no_collectives(tmp_path, monkeypatch):
+    """A hardware with a mem_bandwidth file but no collectives_bench file: the tab says so instead of crashing."""
+    from tests.page_cells import results_dir, run_cell, tab
+
+    res = results_dir(tmp_path, [page.MEM_PROGRAM, page.COLL_PROGRAM, page.GAP_PROGRAM], gpu=False)
+    _gpu_copies(res, page.MEM_PROGRAM)
+    body = tab(run_cell(MD, "ch1-05-exp7-ceiling", res, monkeypatch), "GPU")
+    assert "나란히 놓을 busbw 가 없습니다" in body
+
+
+def test_experiment_7_cell_is_fast():
+    (mem,) = [r for r in results.experiment(page.MEM_PROGRAM) if not r.is_gpu]
+    t0 = time.perf_counter()
+    results.hardware_tabs([mem], page.ceiling_tab)
+    assert time.perf_counter() - t0 < cell_budget()

@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 import torch
 
+from snippets import results
 from snippets.ch2_data_parallel import d01_data_parallel_basics as page
 from snippets.common.zero_memory import zero_memory_bytes
-from tests.conftest import cell_budget
+from tests.conftest import ROOT, cell_budget
 
 
 def _autograd_lsq_grad(w, x, y):
@@ -52,7 +53,7 @@ def test_fp_difference_scales_with_epsilon_theorem_215():
 
 def test_real_ddp_results_experiment_3():
     """Experiment 3: losses agree to < 1e-6, parameters differ (growing count) but ranks are bitwise equal."""
-    runs = page.runs()
+    runs = {r.hardware["world_size"]: r for r in results.load(page.PROGRAM, kind="cpu")}  # the prose reads these
     assert {2, 4} <= set(runs)
     for n, run in runs.items():
         eq = run.measurements["equivalence"]
@@ -107,3 +108,21 @@ def test_cells_are_fast():
     for dt in (torch.float32, torch.float64):
         page.ddp_order_vs_global(dt)
     assert time.perf_counter() - t0 < cell_budget()
+
+
+def test_equivalence_tab_on_the_gpu_fixture():
+    """Experiment 3's GPU tab: unit GPUs, every world size of the fixture, and the |Δloss| reading
+    recomputed here from the file's JSON."""
+    import json
+
+    files = sorted((ROOT / "tests" / "gpu_fixtures" / "results" / "ddp_bench").glob("gpu-*.json"))
+    (plat,) = results.platforms([results.read(f) for f in files])
+    md = page.equivalence_tab(plat)
+    assert "processes" not in md
+    for f in files:
+        d = json.loads(f.read_text())
+        n = d["hardware"]["world_size"]
+        rows = d["measurements"]["equivalence"]["rows"]
+        dloss = max(abs(r["ddp_loss"] - r["ref_loss"]) for r in rows)
+        assert f"**N = {n} GPUs, nccl**: |Δloss| 의 최댓값 {dloss:.1e}" in md
+        assert f"rank 끼리 bit 단위로 같은 step: {len(rows)} / {len(rows)} (모든 step)" in md

@@ -1,5 +1,6 @@
 """Ch2-02 PyTorch DDP: each test asserts a claim the page makes."""
 import inspect
+import json
 import math
 
 import numpy as np
@@ -7,13 +8,29 @@ import pytest
 import torch
 from torch.utils.data import DistributedSampler
 
+from snippets import results
 from snippets.ch2_data_parallel import d02_pytorch_ddp as page
+from tests.conftest import ROOT
 
 
 def _runs():
-    runs = page.runs()
+    """The committed CPU results, by world size: the page's prose reads these (GPU tabs: tests below)."""
+    runs = {r.hardware["world_size"]: r for r in results.load(page.PROGRAM, kind="cpu")}
     assert {2, 4} <= set(runs)
     return runs
+
+
+def _gpu_platform():
+    """The GPU fixtures, with what the program writes only on CUDA (tests/gpu_fixtures/augment/ddp_bench.py)."""
+    from tests.gpu_fixtures.augment.ddp_bench import augment
+
+    runs = []
+    for f in sorted((ROOT / "tests" / "gpu_fixtures" / "results" / "ddp_bench").glob("gpu-*.json")):
+        d = json.loads(f.read_text())
+        augment(d)
+        runs.append(results.Result(f, d))
+    (plat,) = results.platforms(runs)
+    return plat
 
 
 def test_construction_broadcast_theorem_224():
@@ -129,3 +146,21 @@ def test_syncbn_gathered_combination_with_unequal_counts():
     assert torch.allclose(var, cat.var(0, unbiased=False), rtol=0, atol=1e-12)
     plain = sum(x.mean(0) for x in xs) / len(xs)  # the unweighted mean of means is not the global mean
     assert (plain - cat.mean(0)).abs().max() > 0.1
+
+
+def test_gpu_tabs_read_the_gpu_files():
+    """The GPU tabs: construction digests of that file (rank 0's pre-wrap digest everywhere after
+    wrapping), and SyncBatchNorm reported as run on the GPU with its running-mean check."""
+    plat = _gpu_platform()
+    md = page.construction_tab(plat)
+    for r in plat.runs:
+        c = r.data["measurements"]["construction"]
+        n = r.hardware["world_size"]
+        assert f"$N={n}$ GPUs: 서로 다른 상태의 수 — 감싸기 전 {len(set(c['before']))}" in md
+        assert md.count(f"`{c['before'][0]}`") >= n + 1     # rank 0's digest before, and every rank's after
+    bs = page.batch_stats_tab(plat)
+    assert "GPU 에서 `nn.SyncBatchNorm` 실행: **True**" in bs and "global 통계로 갱신한 값과 같음: **True**" in bs
+    assert "processes" not in bs and "CPU 에서" not in bs
+    cpu = results.platforms(list(_runs().values()))[0]
+    assert "CPU 에서 `nn.SyncBatchNorm` 실행: **False**" in page.batch_stats_tab(cpu)
+    assert page.buffers_tab(plat).count("**True**") == len(plat.runs)

@@ -1,5 +1,7 @@
 """Ch2-03 Gradient Bucket 과 Backward Overlap: each test asserts a claim the page makes."""
 import itertools
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,9 +16,13 @@ dist = torch.distributed
 
 
 def _runs():
-    runs = page.runs()
+    """The committed CPU results, by world size: the page's prose reads these (GPU tabs: tests below)."""
+    runs = {r.hardware["world_size"]: r for r in results.load(page.PROGRAM, kind="cpu")}
     assert {2, 4} <= set(runs)
     return runs
+
+
+GPU_FILES = sorted((Path(__file__).resolve().parents[2] / "tests" / "gpu_fixtures" / "results" / "ddp_bench").glob("gpu-*.json"))
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -209,3 +215,149 @@ def test_corollary_236_first_bucket_closes_no_earlier_with_a_larger_cap():
         assert b_large[0][-1] >= b_small[0][-1]
         last_not_monotone |= s[b_large[-1]].sum() < s[b_small[-1]].sum()
     assert last_not_monotone
+
+
+def test_gpu_tabs_use_the_gpu_files_own_fit_and_timing():
+    """Experiments 2–4, GPU tab: the rule checked on every GPU file, the timeline of the file with
+    timing, and the trade-off predicted with that file's own α-β (recomputed here from its JSON)."""
+    (plat,) = results.platforms([results.read(f) for f in GPU_FILES])
+    sweep = page.sweep_tab(plat)
+    for r in plat.runs:
+        n_lay = len(r.measurements["layouts"])
+        assert f"**N = {r.hardware['world_size']} GPUs**" in sweep
+    assert sweep.count(f"맞힌 설정: {n_lay} / {n_lay}") == len(plat.runs)
+    timed = [json.loads(f.read_text()) for f in GPU_FILES]
+    timed = [d for d in timed if d["measurements"].get("timing")]
+    assert timed, "a GPU fixture with timing"
+    d = timed[0]
+    n = d["hardware"]["world_size"]
+    tl = page.timeline_tab(plat)
+    assert f"GPU 결과: {n} GPUs, nccl, bucket_cap_mb={d['measurements']['overlap']['bucket_cap_mb']}" in tl
+    pts = d["measurements"]["timing"]["allreduce"]
+    s_ = np.array([p["bytes"] for p in pts], float)
+    t = np.array([p["median_s"] for p in pts])
+    a = np.column_stack([np.full_like(s_, 2 * (n - 1)), 2 * (n - 1) / n * s_]) / t[:, None]
+    alpha, beta = np.linalg.solve(a.T @ a, a.T @ np.ones_like(t))
+    md = page.tradeoff_tab(plat)
+    assert f"**N = {n} GPUs, nccl** — fit: α = {alpha * 1e6:.3g} µs, 1/β = {1 / beta / 1e9:.3g} GB/s" in md
+    for s in d["measurements"]["timing"]["sweep"]:
+        assert f"| {s['step_median_s'] * 1e3:.3g} |" in md
+
+
+def test_tabs_say_what_a_hardware_lacks():
+    """A hardware with no timing run says so instead of failing (real GPU runs have other world sizes)."""
+    no_timing = [r for r in (results.read(f) for f in GPU_FILES) if not r.measurements.get("timing")]
+    (plat,) = results.platforms(no_timing)
+    assert "시간을 잰 결과 (timing) 가 없습니다" in page.timeline_tab(plat)
+    assert "시간을 잰 결과 (timing) 가 없습니다" in page.tradeoff_tab(plat)
+
+
+# --- experiment 5: one device's backward timeline (gpu_runs/step_anatomy.py) --------------------------
+
+MD = "ch2-data-parallel/03-gradient-bucket.md"
+
+
+def _gpu_copies(res: Path, program: str) -> list[Path]:
+    """Beside every CPU file of `program` in the scratch results folder `res`, its GPU-shaped copy as
+    tests/gpu_fixtures/make.py makes it (fixture_from_cpu, which applies augment/<program>.py)."""
+    from tests.gpu_fixtures.make import fixture_from_cpu
+
+    out = []
+    for cpu in sorted((res / program).glob("cpu-*.json")):
+        d = fixture_from_cpu(json.loads(cpu.read_text()), f"gpu_runs/results/{program}/{cpu.name}")
+        out.append(res / program / f"{d['hardware']['id']}.json")
+        out[-1].write_text(json.dumps(d))
+    assert out, f"no committed CPU result gpu_runs/results/{program}/cpu-*.json to mirror: run `make runs`"
+    return out
+
+
+def _rows(html: str) -> list[list[str]]:
+    """The cells' text of every table row of a tab."""
+    import html as H
+    import re
+
+    return [[H.unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", tr, re.S)]
+            for tr in re.findall(r"<tr>(.*?)</tr>", html, re.S)]
+
+
+def test_committed_backward_timeline_claims():
+    """Experiment 5's readings on the committed CPU result: gradients become ready in the reverse of
+    model.parameters() (block i's down weight before its up weight, last block first), every hook fires once a
+    step, the window lies inside the backward, and the tail after the last gradient is a sliver of it."""
+    (run,) = [r for r in results.experiment(page.ANATOMY) if not r.is_gpu]
+    p, t = run.params, run.measurements["timeline"]
+    layers = p["layers"]
+    assert t["ready_order"] == [f"{i}.{w}.weight" for i in reversed(range(layers)) for w in ("down", "up")]
+    assert [r["name"] for r in t["params"]] == t["ready_order"]
+    assert t["hook_calls_per_step"] == [2 * layers] * p["steps"]
+    assert 0 < t["first_ready_ms_median"] <= t["last_ready_ms_median"] <= t["backward_ms_median"]
+    assert 0 <= t["tail_ms_median"] < 0.05 * t["overlap_window_ms_median"]
+    assert sum(r["bytes"] for r in t["params"]) == 4 * p["parameters"]  # float32 gradients, every parameter
+
+
+def test_experiment_5_tabs_read_their_own_timeline(tmp_path, monkeypatch):
+    """The page's cell on the committed CPU file and a GPU-shaped copy whose times are all doubled (so the GPU
+    tab's numbers can only come from it). Per tab: the window and the ready span recomputed from the JSON; the
+    buckets are torch's own _compute_bucket_assignment_by_size of the gradients in ready order; and the busbw the
+    page says hides every all-reduce makes the bucket queue (bucket_pipeline) end exactly by the backward's end:
+    1 % less and the queue overruns it."""
+    from tests.page_cells import edit, results_dir, run_cell, tab
+
+    res = results_dir(tmp_path, [page.PROGRAM, page.ANATOMY])  # run_cell runs the whole session
+    (gpu,) = _gpu_copies(res, page.ANATOMY)
+
+    def twice(d):
+        t = d["measurements"]["timeline"]
+        for k in [k for k in t if k.endswith("_ms_median")]:
+            t[k] *= 2
+        for r in t["params"]:
+            for k in ("ready_ms_median", "ready_ms_min", "ready_ms_max"):
+                r[k] *= 2
+    edit(gpu, twice)
+    html = run_cell(MD, "ch2-03-exp5-anatomy", res, monkeypatch)
+    for kind, path in (("CPU", next((res / page.ANATOMY).glob("cpu-*.json"))), ("GPU", gpu)):
+        body = tab(html, kind)
+        t = json.loads(path.read_text())["measurements"]["timeline"]
+        ready = [r["ready_ms_median"] for r in t["params"]]
+        assert f"창 (첫 gradient → backward 끝): {t['overlap_window_ms_median']:.3g} ms" in body
+        assert f"도착 구간 {max(ready) - min(ready):.3g} ms" in body
+        sizes = [r["bytes"] for r in t["params"]]
+        elem = 2 if kind == "GPU" else 4
+        tensors = [torch.empty(s // elem, dtype=torch.bfloat16 if elem == 2 else torch.float32) for s in sizes]
+        want, _ = dist._compute_bucket_assignment_by_size(tensors, [dist._DEFAULT_FIRST_BUCKET_BYTES, 25 * MIB],
+                                                          [False] * len(tensors))
+        a = page.anatomy_buckets(results.read(path))
+        assert a["buckets"] == want
+        table = [r for r in _rows(body) if r and r[0].isdigit() and len(r) == 6]
+        assert [float(r[2]) for r in table] == [round(sum(sizes[i] for i in b) / MIB, 1) for b in want]
+        need = max(a["busbw"])
+        assert f"<strong>{need / 1e9:,.3g} GB/s</strong>" in body
+        b_ready = [max(ready[i] for i in b) / 1e3 for b in want]
+        b_sizes = [sum(sizes[i] for i in b) for b in want]
+        t_b = t["backward_ms_median"] / 1e3
+        n = page.ANATOMY_N
+        assert bucket_pipeline(b_ready, b_sizes, n, 0.0, 1 / (need * (1 + 1e-9)), t_b)["exposed"] == 0.0
+        assert bucket_pipeline(b_ready, b_sizes, n, 0.0, 1 / (need * 0.99), t_b)["exposed"] > 0.0
+    assert "bfloat16" in tab(html, "GPU") and "float32" in tab(html, "CPU")
+
+
+def test_experiment_5_cell_is_fast():
+    import time
+
+    from tests.conftest import cell_budget
+
+    runs = results.experiment(page.ANATOMY)
+    t0 = time.perf_counter()
+    results.hardware_tabs(runs, page.anatomy_tab)
+    assert time.perf_counter() - t0 < cell_budget()
+
+
+def test_experiment_5_tab_says_when_a_hardware_has_no_single_device_run():
+    """step_anatomy runs on one device; a hardware whose only file has another world size gets a sentence, not a crash."""
+    import copy
+
+    (run,) = [r for r in results.experiment(page.ANATOMY) if not r.is_gpu]
+    d = copy.deepcopy(run.data)
+    d["hardware"]["world_size"] = 2
+    (plat,) = results.platforms([results.Result(run.path, d)])
+    assert "한 장치의 timeline (world size 1) 이 없습니다 (있는 N: 2)" in page.anatomy_tab(plat)

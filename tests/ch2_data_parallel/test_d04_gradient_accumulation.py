@@ -7,11 +7,13 @@ import numpy as np
 import pytest
 
 from snippets.ch2_data_parallel import d04_gradient_accumulation as page
-from tests.conftest import cell_budget
+from snippets import results
+from tests.conftest import ROOT, cell_budget
 
 
 def _runs():
-    runs = page.runs()
+    """The committed CPU results, by world size: the page's prose reads these (GPU tabs: tests below)."""
+    runs = {r.hardware["world_size"]: r for r in results.load(page.PROGRAM, kind="cpu")}
     assert {2, 4} <= set(runs)
     return runs
 
@@ -198,3 +200,34 @@ def test_accumulation_pattern_wraps_forward_and_scales_loss():
     assert log == [("forward", True)] * 3 + [("forward", False)]
     assert torch.allclose(x.grad, torch.ones(3))  # 4 micro-batches × (1/4)
     assert opt.steps == 1
+
+
+GPU_FILES = sorted((ROOT / "tests" / "gpu_fixtures" / "results" / "ddp_accumulation").glob("gpu-*.json"))
+
+
+def test_gpu_tabs_on_the_fixtures():
+    """The GPU tabs: counts of every GPU file checked against Theorem 2.4.4, the time table predicted
+    from that file's own fit (α recomputed here from its JSON), and a hardware without timing says so."""
+    import json
+
+    (plat,) = results.platforms([results.read(f) for f in GPU_FILES])
+    md = page.counts_tab(plat)
+    for r in plat.runs:
+        rows, _, _ = page.count_rows(r)
+        assert f"**N = {r.hardware['world_size']} GPUs**" in md
+    assert md.count(f"측정 = 예측인 (모드, step): {len(rows)} / {len(rows)}") == len(plat.runs)
+    timed = [json.loads(f.read_text()) for f in GPU_FILES]
+    timed = [d for d in timed if d["measurements"].get("timing")]
+    d = timed[0]
+    n = d["hardware"]["world_size"]
+    pts = d["measurements"]["timing"]["allreduce"]
+    s = np.array([p["bytes"] for p in pts], float)
+    t = np.array([p["median_s"] for p in pts])
+    a = np.column_stack([np.full_like(s, 2 * (n - 1)), 2 * (n - 1) / n * s]) / t[:, None]
+    alpha, beta = np.linalg.solve(a.T @ a, a.T @ np.ones_like(t))
+    tm = page.time_tab(plat)
+    assert f"**N = {n} GPUs, nccl** — fit: α = {max(alpha, 0) * 1e6:.3g} µs" in tm and "GPU)" in tm
+    no_timing = [r for r in plat.runs if not r.measurements.get("timing")]
+    (bare,) = results.platforms(no_timing)
+    assert "시간을 잰 결과 (timing) 가 없습니다" in page.time_tab(bare)
+    assert "시간을 잰 결과 (timing) 가 없습니다" in page.extrapolation_tab(bare)

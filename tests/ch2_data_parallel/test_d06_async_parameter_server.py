@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from snippets.ch2_data_parallel import d06_async_parameter_server as page
-from tests.conftest import cell_budget
+from snippets import results
+from tests.conftest import ROOT, cell_budget
 
 
 @pytest.mark.parametrize("tau", [0, 1, 2, 3, 4, 8, 16, 31])
@@ -56,7 +57,8 @@ def test_easgd_conservation_and_centre():
 
 
 def _runs():
-    runs = page.runs()
+    """The committed CPU results, by world size: the page's prose reads these (GPU tabs: tests below)."""
+    runs = {r.hardware["world_size"]: r for r in results.load(page.PROGRAM, kind="cpu")}
     assert {2, 4} <= set(runs)
     return runs
 
@@ -172,3 +174,25 @@ def test_async_sgd_tiny_preset_for_real(run_tiny):
         assert m["methods"][f"outer_plain_{h}"]["max_diff_vs_local"] < 1e-5
     assert m["methods"]["local_1"]["max_diff_vs_sync"] < 1e-5
     assert all(r["dist"] < 0.1 * m["w0_dist"] for r in m["hogwild"])
+
+
+GPU_FILES = sorted((ROOT / "tests" / "gpu_fixtures" / "results" / "async_sgd").glob("gpu-*.json"))
+
+
+def test_gpu_tabs_on_the_fixtures():
+    """The GPU tabs: Hogwild! is labelled as a host-CPU measurement inside a GPU file, and the local-SGD
+    table carries that file's all-reduce counts (steps / H, read here from its JSON)."""
+    import json
+
+    (plat,) = results.platforms([results.read(f) for f in GPU_FILES])
+    hog = page.hogwild_tab(plat)
+    assert "GPU 결과 파일이지만 Hogwild! 는 rank 0 의 host CPU" in hog and "wall (s, host CPU)" in hog
+    md = page.methods_tab(plat)
+    for f in GPU_FILES:
+        d = json.loads(f.read_text())
+        steps = d["params"]["steps"]
+        assert f"**N = {d['hardware']['world_size']} GPUs, nccl**, {steps} step" in md
+        for h in d["params"]["Hs"]:
+            calls = d["measurements"]["methods"][f"local_{h}"]["comm"]["all_reduce"]["calls"]
+            assert calls == steps // h and f"| PostLocalSGDOptimizer, H={h} | {h} | {calls} |" in md
+    assert "N = 2 GPUs" in page.diloco_tab(plat)

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from snippets.ch3_tensor_parallel import d01_model_parallel_motivation as page
+from tests.ch3_tensor_parallel import as_world, cpu_runs, gpu_fixture, platform
 
 
 def test_dp_memory_is_16psi_whatever_n():
@@ -95,3 +96,49 @@ def test_figures_fit_the_cell_budget():
     t0 = time.thread_time()
     svg = page.timeline_figure(page.naive_schedule(np.ones(2), 2 * np.ones(2)), page.measured_naive(run)["timelines"])
     assert "<svg" in svg and time.thread_time() - t0 < cell_budget()
+
+
+def test_gpu_tab_reads_the_gpu_file():
+    """Experiments 3-4's GPU tab: its bytes are the GPU file's counted send/recv, its timeline panel names the GPU,
+    and the busy/step ratio is recomputed from the file's per-rank medians."""
+    run = gpu_fixture("tp_bench")
+    plat = platform(run)
+    assert page.naive_run(plat) is run
+    ranks = run.data["measurements"]["naive_split"]
+    text = page.bytes_tab(plat)
+    for n in ranks:
+        assert f"| {n['comm']['send']['calls']} | {n['comm']['send']['bytes']} | {n['comm']['recv']['bytes']} |" in text
+    m = page.measured_naive(run)
+    assert m["busy_sum_over_step"] == pytest.approx(sum(n["busy_s_median"] for n in ranks) /
+                                                    max(n["step_s_median"] for n in ranks))
+    svg = page.timeline_figure(page.naive_schedule(np.ones(2), 2 * np.ones(2)), m["timelines"], "GPU (NVIDIA H200), NCCL")
+    assert "측정 (GPU (NVIDIA H200), NCCL)" in svg
+
+
+def test_a_hardware_without_the_naive_split_keeps_its_tab_and_says_so():
+    """A GPU platform measured at t = 4 (or 8) only has no naive split: tab_runs keeps its files so its tab exists,
+    and the tab says N = 2 is missing instead of failing."""
+    four = gpu_fixture("tp_bench", 4)
+    plat = platform(four)
+    assert page.naive_run(plat) is None
+    assert "N = 2 측정이 없습니다" in page.no_naive(plat) and "N = 2 측정이 없습니다" in page.bytes_tab(plat)
+    eight = platform(as_world(four, 8))
+    assert "world size 8 GPUs" in page.bytes_tab(eight)
+
+
+
+def test_tab_runs_keeps_a_tab_for_every_hardware(monkeypatch):
+    """tab_runs over CPU 2·4 + an H200 node at 2 and 4 GPUs + another GPU at 8 only: the H200 tab shows only its
+    naive-split file (t = 2), the 8-GPU hardware keeps its one file (so its tab exists and says N = 2 is missing),
+    and no hardware is dropped."""
+    from snippets import results
+    from tests.ch3_tensor_parallel import relabelled
+
+    cpu = cpu_runs(results.experiment("tp_bench"))
+    h2, h4 = gpu_fixture("tp_bench"), gpu_fixture("tp_bench", 4)
+    other8 = relabelled(as_world(h4, 8), "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(results, "experiment", lambda prog: cpu + [h2, h4, other8])
+    got = page.tab_runs()
+    want_cpu = [r for r in cpu if r.hardware["world_size"] == 2]  # the CPU naive split runs at 2 processes
+    assert sorted(map(str, (r.path for r in got))) == sorted(map(str, [r.path for r in want_cpu] + [h2.path, other8.path]))
+    assert len(results.platforms(got)) == 3

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from snippets.ch3_tensor_parallel import d04_megatron_attention as page
+from tests.ch3_tensor_parallel import FIXTURES, cpu_runs, gpu_fixture, platform
 
 
 def test_numpy_attention_backward_matches_torch_autograd():
@@ -53,13 +54,13 @@ def test_measured_qkv_lesson():
     """Experiment 3 / Theorem 3.4.5: separate q/k/v → 3 backward all_reduces of b·s·h·4; declaring the
     boundary once or fusing → 1; forward always 1; all agree with the unsharded module."""
     rows = page.measured_rows(names=("attn_separate", "attn_prepared", "attn_fused"))
-    assert sorted({r["t"] for r in rows}) == [2, 4]
+    assert sorted({r["t"] for r in page.measured_rows(cpu_runs(page.tp_runs()))}) == [2, 4]  # the CPU tab's t
     for r in rows:
         S = r["b"] * r["s"] * r["h"] * 4
         n_bwd = 3 if r["case"] == "attn_separate" else 1
         assert r["forward"] == [("all_reduce", S)]
         assert r["backward"] == [("all_reduce", S)] * n_bwd
-        assert max(r["diff"].values()) <= 1e-5 and r["same"]
+        assert all(d <= min(1e-5, r["tol"][q]) for q, d in r["diff"].items()) and r["within"] and r["same"]
 
 
 def test_indivisible_heads_fail_in_dtensor():
@@ -76,9 +77,11 @@ def test_block_equals_unsharded_within_tolerance():
     from snippets.common.tp_cost import tp_collectives_per_layer
 
     want = tp_collectives_per_layer()
+    for run in page.tp_runs():
+        if run.params["preset"] == "full":  # the CPU preset: GPT-2 small's width and heads
+            assert (run.params["h"], run.params["a"]) == (768, 12)
     for r in page.measured_rows(names=("block",)):
-        assert (r["h"], r["a"]) == (768, 12)
-        assert max(r["diff"].values()) <= 1e-4 and not r["bitwise"]
+        assert all(d <= r["tol"][q] for q, d in r["diff"].items()) and r["within"] and not r["bitwise"]
         assert [op for op, _ in r["forward"]] == ["all_reduce"] * want["forward"]["all_reduce"]
         assert [op for op, _ in r["backward"]] == ["all_reduce"] * want["backward"]["all_reduce"]
 
@@ -93,3 +96,109 @@ def test_prepare_module_input_signature():
     params = inspect.signature(PrepareModuleInput).parameters
     assert {"input_layouts", "desired_input_layouts", "use_local_output"} <= set(params)
     assert params["use_local_output"].default is False
+
+
+def _case_as_tp_bench_writes_it(h=32, b=2, s=8, diffs=None):
+    """One case in the shape gpu_runs/tp_bench.py's run_case writes (lines 264-278): the tolerance block from the
+    program's own harness.tolerance(float32, K = max(4h, b·s)), abs = rel × the reference's max |value|."""
+    import torch
+
+    from gpu_runs import harness
+
+    scale = {"output": 3.0, "input_grad": 0.5, "param_grad": 20.0}
+    tol = harness.tolerance(torch.float32, max(4 * h, b * s))
+    tol["abs"] = {k: tol["rel"] * v for k, v in scale.items()}
+    diffs = diffs or {"output": 1e-7, "input_grad": 2e-8, "param_grad": 1e-6}
+    within = all(diffs[k] <= tol["abs"][k] for k in diffs)
+    return {"case": "block", "t": 2, "max_abs_diff": diffs, "ref_max_abs": scale, "tolerance": tol,
+            "within_tolerance": within, "within_tolerance_all_ranks": within}
+
+
+def test_tolerance_is_the_programs_per_case_bound():
+    """Experiment 4's criterion is the per-quantity bound tp_bench records in each case: 2γ_K × max|ref| with
+    K = max(4h, b·s), recomputed here from eps (not read back from the case), and the program's all-ranks verdict;
+    a case without one (a file from before) falls back to fp32 1e-4 per quantity."""
+    pytest.importorskip("torch")
+    from snippets.ch3_tensor_parallel import FP32_TOLERANCE, case_tolerance, case_within, tolerance_rule
+
+    c = _case_as_tp_bench_writes_it()
+    u, K = 2.0 ** -24, max(4 * 32, 2 * 8)
+    want = {q: 2 * K * u / (1 - K * u) * v for q, v in c["ref_max_abs"].items()}
+    assert case_tolerance(c) == pytest.approx(want, rel=1e-12)
+    assert case_within(c) and f"K = {K}, float32" in tolerance_rule(c)
+    # a difference just above its own quantity's bound (but far below 1e-4): the program says False, and so does
+    # the page, on every rank's verdict (rank 0's diff may be fine while another rank's is not)
+    bad = _case_as_tp_bench_writes_it(diffs={"output": 1e-7, "input_grad": 2 * want["input_grad"], "param_grad": 1e-6})
+    assert not bad["within_tolerance_all_ranks"] and not case_within(bad) and bad["max_abs_diff"]["input_grad"] < 1e-4
+    other_rank = {**c, "within_tolerance_all_ranks": False}
+    assert not case_within(other_rank)
+    old = {k: v for k, v in c.items() if k not in ("tolerance", "within_tolerance", "within_tolerance_all_ranks")}
+    assert case_tolerance(old) == {q: FP32_TOLERANCE for q in c["max_abs_diff"]} and case_within(old)
+
+
+def test_block_table_on_a_case_in_the_programs_shape():
+    """The table shows each quantity's own bound and the program's verdict (the crash of a float() over the
+    params' sentence cannot come back: params["tolerance"] is a sentence in today's tp_bench)."""
+    pytest.importorskip("torch")
+    import copy
+
+    from snippets import results
+
+    run = gpu_fixture("tp_bench")
+    d = copy.deepcopy(run.data)
+    d["params"]["tolerance"] = "per case: harness.tolerance(float32, K = max(4h, b·s)) × the reference's max |value|"
+    h, b, s = d["params"]["h"], d["params"]["b"], d["params"]["s"]
+    for c in d["measurements"]["cases"]:
+        new = _case_as_tp_bench_writes_it(h=h, b=b, s=s, diffs=c["max_abs_diff"])
+        c.update({k: new[k] for k in ("ref_max_abs", "tolerance", "within_tolerance", "within_tolerance_all_ranks")})
+    blk = next(c for c in d["measurements"]["cases"] if c["case"] == "block")
+    blk["within_tolerance_all_ranks"] = False  # another rank went beyond its bound
+    rows = page.measured_rows([results.Result(run.path, d)], names=("block",))
+    table = page.block_table(rows)
+    assert f"(≤ {blk['tolerance']['abs']['param_grad']:.1e})" in table
+    assert f"K = {max(4 * h, b * s)}, float32" in table
+    assert [r["within"] for r in rows] == [False] and "| False | False |" in table
+
+
+@pytest.mark.dist
+def test_the_real_programs_output_through_the_page(run_tiny):
+    """tp_bench's tiny preset for real (2 processes): every case's bound and verdict reach the page's rows."""
+    from snippets import results
+
+    data, _ = run_tiny("tp_bench", nproc=2, timeout=180)
+    run = results.Result(FIXTURES / "tp_bench" / "tiny.json", data)
+    rows = page.measured_rows([run])
+    for r, c in zip(rows, (c for n in ("attn_separate", "attn_prepared", "attn_fused", "block")
+                           for c in data["measurements"]["cases"] if c["case"] == n)):
+        assert r["tol"] == c["tolerance"]["abs"] and r["within"] is c["within_tolerance_all_ranks"] is True
+    assert "K = " in page.block_table(rows)
+
+
+def test_gpu_tabs_follow_the_gpu_file_and_only_it():
+    """Mutate a copy of the GPU fixture (the block's param-grad difference, DTensor's message for a = t + 1 heads,
+    one q/k/v plan's backward count): the GPU tab of each of experiments 2-4 changes with it, the CPU tab does not."""
+    import copy
+
+    from snippets import results
+
+    run = gpu_fixture("tp_bench")
+    d = copy.deepcopy(run.data)
+    cases = {c["case"]: c for c in d["measurements"]["cases"]}
+    cases["block"]["max_abs_diff"]["param_grad"] = 3.21e-9
+    d["measurements"]["indivisible_heads"]["message"] = "a planted message"
+    cases["attn_prepared"]["backward_calls"] = cases["attn_prepared"]["backward_calls"] * 2
+    mutated = results.Result(run.path, d)
+
+    def render(plat):
+        return (page.indivisible_tab(plat) + page.qkv_tab(plat)
+                + page.block_table(page.measured_rows(plat.runs, names=("block",))))
+
+    cpu = cpu_runs(page.tp_runs())
+    before = {p.kind: render(p) for p in results.platforms(cpu + [run])}
+    after = {p.kind: render(p) for p in results.platforms(cpu + [mutated])}
+    assert before["cpu"] == after["cpu"]
+    assert "3.2e-09" in after["gpu"] and "3.2e-09" not in before["gpu"]
+    assert "a planted message" in after["gpu"]
+    S = d["params"]["b"] * d["params"]["s"] * d["params"]["h"] * 4
+    prepared = [nb // S for _, nb in cases["attn_prepared"]["forward_calls"] + cases["attn_prepared"]["backward_calls"]]
+    assert len(prepared) == 3 and f"| attn_prepared | ['all_reduce'] | ['all_reduce', 'all_reduce'] | {prepared} |" in after["gpu"]

@@ -4,6 +4,9 @@ import pytest
 
 from snippets.ch4_pipeline_parallel import d01_naive_pipeline_bubble as page
 from snippets.common import pipeline_sim as ps
+from tests.ch4_pipeline_parallel import gpu_fixture, platform, without_world_2
+
+RUNS = page.runs()  # every committed pipeline_bench result, every hardware
 
 
 def test_theorem_414_simulator_against_closed_form():
@@ -55,9 +58,9 @@ def test_theorem_416_comm_formula():
     assert r["makespan"] == pytest.approx(254)
 
 
-def test_measured_naive_runs_are_sequential_and_bounded():
-    """Experiment 2: in the committed run no two ranks compute at once, and 𝓑_tot ≥ (p−1)/p (Theorem 4.1.6)."""
-    run = page.bench()
+@pytest.mark.parametrize("run", RUNS, ids=lambda r: r.hardware["id"])
+def test_measured_naive_runs_are_sequential_and_bounded(run):
+    """Experiment 2: in every committed run no two ranks compute at once, and 𝓑_tot ≥ (p−1)/p (Theorem 4.1.6)."""
     p = run.params["p"]
     for v in ("sleep", "real"):
         e = page.entry(run, "gpipe", v, 1)
@@ -97,16 +100,45 @@ def test_figures_are_drawn_from_the_simulator_and_the_results():
     svg = page.naive_gantt()
     assert svg.count("<path") >= 8  # 2p bars for p = 4
     assert "rank 3" in svg
-    svg2 = page.measured_gantt(page.bench())
-    assert "sleep" in svg2 and "real" in svg2
+    # the measured chart: one bar per recorded call of both GPipe m = 1 runs (sleep and real), none invented
+    n_calls = sum(len(rank) for v in ("sleep", "real") for rank in page.entry(RUNS[0], "gpipe", v, 1)["timeline"])
+    assert page.measured_gantt(RUNS[0], "CPU, gloo").count("<path") >= n_calls
 
 
 def test_figure_cells_fit_the_cell_budget():
     import time
 
+    from tests.ch4_pipeline_parallel import tabs_time, three_hardwares
     from tests.conftest import cell_budget
 
-    for f in (page.naive_gantt, lambda: page.measured_gantt(page.bench())):
+    for f in (page.naive_gantt, lambda: page.measured_gantt(RUNS[0], "CPU, gloo")):
         t0 = time.thread_time()
         f()
         assert time.thread_time() - t0 < cell_budget()
+    from snippets.ch4_pipeline_parallel import the_run
+
+    def exp2_like(plat):  # the page's exp2 cell: table and Gantt chart per hardware
+        return page.measured_table(the_run(plat)) + page.measured_gantt(the_run(plat), plat.label)
+
+    assert tabs_time(three_hardwares("pipeline_bench"), exp2_like) < cell_budget()
+
+
+def test_gpu_tab_reads_the_gpu_file():
+    """The GPU tab of experiments 2 and 4: labelled with the GPU, its T_hop recomputed from the GPU file's raw
+    timeline (first start to last end over both ranks, minus the summed call durations, over 2(p − 1) hops)."""
+    run = gpu_fixture("pipeline_bench")
+    plat = platform(run)
+    assert plat.is_gpu and "NVIDIA H200" in plat.label
+    text = page.hop_tab(plat)
+    p = run.data["params"]["p"]
+    for v in ("sleep", "real"):
+        e = next(x for x in run.data["measurements"] if (x["schedule"], x["variant"], x["m"]) == ("gpipe", v, 1))
+        calls = [c for rank in e["timeline"] for c in rank]
+        gap = max(c["end"] for c in calls) - min(c["start"] for c in calls) - sum(c["end"] - c["start"] for c in calls)
+        assert f"측정 ({v}): T − ΣT_busy,r = {gap * 1e3:.2f} ms" in text
+        assert f"T_hop ≈ {gap / 2 / (p - 1) * 1e3:.2f} ms" in text
+
+
+def test_a_hardware_without_two_ranks_says_so():
+    plat = without_world_2(gpu_fixture("pipeline_bench"))
+    assert "N = 2 측정이 없습니다" in page.hop_tab(plat) and "world size 8" in page.hop_tab(plat)

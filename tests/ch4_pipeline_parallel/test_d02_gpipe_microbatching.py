@@ -4,6 +4,7 @@ import pytest
 
 from snippets.ch4_pipeline_parallel import d02_gpipe_microbatching as page
 from snippets.common import pipeline_sim as ps
+from tests.ch4_pipeline_parallel import gpu_fixture, platform, without_world_2
 
 
 def test_theorem_423_start_times_and_bubbles():
@@ -35,13 +36,14 @@ def test_lemma_424_holds_for_random_durations():
         assert page.path_lower_bound(ps.timeline_rows(tl)) <= tl.makespan + 1e-9
 
 
-def _run():
-    return page.bench()
+@pytest.fixture(params=page.runs(), ids=lambda r: r.hardware["id"])
+def run(request):
+    """Every committed pipeline_bench result, every hardware."""
+    return request.param
 
 
-def test_measured_runs_follow_the_gpipe_order_and_the_bound():
+def test_measured_runs_follow_the_gpipe_order_and_the_bound(run):
     """Experiment 2: what ran is Definition 4.2.1's order; makespan ≥ the path bound; loss and grads match."""
-    run = _run()
     sweep = [e["m"] for e in page.entries(run, "gpipe", "sleep")]
     assert sweep == sorted(set(run.params["m_sweep"]) | {run.params["m_all"]})
     for v in ("sleep", "real"):
@@ -55,8 +57,7 @@ def test_measured_runs_follow_the_gpipe_order_and_the_bound():
             assert e["grad_max_err"] < 1e-6 and e["loss"] == pytest.approx(e["ref_loss"], rel=1e-6)
 
 
-def test_measured_bubble_falls_with_m_and_is_read_against_its_own_formula():
-    run = _run()
+def test_measured_bubble_falls_with_m_and_is_read_against_its_own_formula(run):
     es = page.entries(run, "gpipe", "sleep")
     b = {e["m"]: ps.measured_bubbles(ps.measured_rows(e)) for e in es}
     assert b[max(b)]["fraction"] < b[1]["fraction"] / 2  # the page's "측정은 m 이 커질수록 줄어든다" at the ends
@@ -67,9 +68,8 @@ def test_measured_bubble_falls_with_m_and_is_read_against_its_own_formula():
     assert [r[0] for r in rows] == sorted(b)
 
 
-def test_theorem_425b_live_microbatches_equal_m():
+def test_theorem_425b_live_microbatches_equal_m(run):
     """Experiment 3: counted from saved tensors, every rank holds exactly m micro-batches; rank 0's bytes are m×."""
-    run = _run()
     for v in ("sleep", "real"):
         for e in page.entries(run, "gpipe", v):
             assert e["peak_live_microbatches"] == [e["m"]] * 2
@@ -113,22 +113,89 @@ def test_problem_3_remat_efficiency_bound():
     assert m * (tf + tb) / remat.makespan < 0.75
 
 
-def test_experiment_4_same_order_different_lengths():
-    run = _run()
-    rows = page.spread_rows(run, 8)
+def test_experiment_4_same_order_different_lengths(run):
+    m = run.params["m_all"]
+    rows = page.spread_rows(run, m)
     assert [r[0] for r in rows] == ["sleep", "real"]
     assert all(float(r[2]) >= 1.0 and float(r[4]) >= 1.0 for r in rows)
-    svg = page.gantt_panels(run, 8)
+    svg = page.gantt_panels(run, m)
     assert svg.count("rank 1") == 3
 
 
-def test_figure_cells_fit_the_cell_budget():
+def test_figure_cells_fit_the_cell_budget(run):
+    """GUIDE: one cell under 1 s; the tab functions of both hardware together (the page's cells draw both)."""
     import time
 
     from tests.conftest import cell_budget
 
-    run = _run()
-    for f in (lambda: page.gantt_panels(run, 8), lambda: page.sweep_figure(run)):
+    gpu = platform(gpu_fixture("pipeline_bench"))
+    for f in (lambda: page.jitter_tab(gpu) + page.gantt_panels(run, run.params["m_all"]),
+              lambda: page.sweep_tab(gpu) + page.sweep_figure(run)):
         t0 = time.thread_time()
         f()
         assert time.thread_time() - t0 < cell_budget()
+
+
+def _bubble_from_json(e: dict) -> float:
+    """𝓑_tot of one entry straight from its raw timeline: 1 − Σ busy / (p · makespan)."""
+    calls = [c for rank in e["timeline"] for c in rank]
+    span = max(c["end"] for c in calls) - min(c["start"] for c in calls)
+    return 1 - sum(c["end"] - c["start"] for c in calls) / (len(e["timeline"]) * span)
+
+
+def test_gpu_tabs_read_the_gpu_file():
+    """The GPU tabs: the preset from the GPU file's params, the sweep's two ends recomputed from its raw timelines,
+    Theorem 4.2.5 (b) and Lemma 4.2.4 checked on it, the Gantt panels labelled with the GPU."""
+    run = gpu_fixture("pipeline_bench")
+    plat = platform(run)
+    sweep = page.sweep_tab(plat)
+    assert f"preset `{run.data['params']['preset']}`" in sweep
+    es = sorted((e for e in run.data["measurements"] if e["schedule"] == "gpipe" and e["variant"] == "sleep"),
+                key=lambda e: e["m"])
+    assert (f"m = {es[0]['m']} 의 {_bubble_from_json(es[0]):.3f} 에서 m = {es[-1]['m']} 의 "
+            f"{_bubble_from_json(es[-1]):.3f} 로") in sweep
+    assert "GPU (NVIDIA H200), NCCL" in sweep
+    assert "두 rank 의 peak 가 정확히 m: **True**" in page.memory_tab(plat)
+    assert "rank 1 1.25" in page.memory_tab(plat)  # the loss's saved input and target: 10/8 of a stage's layers
+    assert "하한 ≤ T: **True**" in page.bound_tab(plat)
+    assert page.jitter_tab(plat).count("GPU (NVIDIA H200), NCCL") == 2  # the sleep and real panels
+
+
+def test_a_hardware_without_two_ranks_says_so():
+    plat = without_world_2(gpu_fixture("pipeline_bench"))
+    for tab in (page.sweep_tab, page.bound_tab, page.memory_tab, page.jitter_tab):
+        assert "N = 2 측정이 없습니다" in tab(plat)
+
+
+def test_the_figure_cells_with_three_hardwares_fit_the_budget():
+    """Finding 9: the sweep and jitter cells with CPU + two GPU models (a relabelled copy) each stay under 1 s."""
+    from tests.ch4_pipeline_parallel import tabs_time, three_hardwares
+    from tests.conftest import cell_budget
+
+    runs = three_hardwares("pipeline_bench")
+    for tab in (page.sweep_tab, page.jitter_tab):
+        assert tabs_time(runs, tab) < cell_budget(), tab.__name__
+
+
+def test_a_mutated_gpu_file_changes_the_gpu_tab_only():
+    """Lengthen one recorded backward of the GPU file's GPipe m = m_all sleep run (rank 1's last call, + 50 ms):
+    the GPU sweep tab's measured 𝓑_tot for that m moves to the value recomputed from the mutated JSON, and the CPU
+    tab is unchanged."""
+    from snippets import results
+    from tests.ch4_pipeline_parallel import mutated
+
+    g = gpu_fixture("pipeline_bench")
+    m_all = g.data["params"]["m_all"]
+
+    def slower(d):
+        e = next(x for x in d["measurements"] if (x["schedule"], x["variant"], x["m"]) == ("gpipe", "sleep", m_all))
+        last = max(e["timeline"][1], key=lambda c: c["end"])
+        last["end"] += 0.05
+
+    bad = mutated(g, slower)
+    cpu = [r for r in page.runs() if not r.is_gpu]
+    before = {p.kind: page.sweep_tab(p) for p in results.platforms(cpu + [g])}
+    after = {p.kind: page.sweep_tab(p) for p in results.platforms(cpu + [bad])}
+    assert before["cpu"] == after["cpu"] and before["gpu"] != after["gpu"]
+    e = next(x for x in bad.data["measurements"] if (x["schedule"], x["variant"], x["m"]) == ("gpipe", "sleep", m_all))
+    assert f"| {m_all} | {_bubble_from_json(e):.3f} |" in after["gpu"]

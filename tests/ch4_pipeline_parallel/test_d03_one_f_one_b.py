@@ -7,7 +7,11 @@ import torch
 
 from snippets.ch4_pipeline_parallel import d03_one_f_one_b as page
 from snippets.common import pipeline_sim as ps
+from tests.ch4_pipeline_parallel import gpu_fixture, platform, without_world_2
 from tests.conftest import cell_budget
+
+RUNS = page.runs()  # every committed pipeline_bench result, every hardware
+DS_RUNS = page.deepspeed_runs()  # every committed deepspeed_pipe result
 
 
 def test_theorem_433_same_makespan_as_gpipe_for_all_m():
@@ -57,9 +61,9 @@ def test_corollary_435_sums():
         assert o.sum() == p * (p + 1) // 2 and o[0] / m == pytest.approx(p / m)
 
 
-def test_measured_orders_and_live_counts():
+@pytest.mark.parametrize("run", RUNS, ids=lambda r: r.hardware["id"])
+def test_measured_orders_and_live_counts(run):
     """Experiments 2-3: what ran is Definition 4.3.1's order; live micro-batches are p − r (1F1B) and m (GPipe)."""
-    run = page.bench()
     for v in ("sleep", "real"):
         for sched in ("gpipe", "1f1b"):
             for e in page.entries(run, sched, v):
@@ -79,16 +83,16 @@ def test_torch_planned_table_differs_from_what_ran():
 
     ops = get_schedule_ops("1F1B", 2, 4)
     planned = [a.microbatch_index for a in ops[1] if a and a.computation_type.name == "FORWARD"]
-    ran = [a["mb"] for a in ps.measured_rows(next(e for e in page.entries(page.bench(), "1f1b") if e["m"] == 8))[1]
+    ran = [a["mb"] for a in ps.measured_rows(next(e for e in page.entries(RUNS[0], "1f1b") if e["m"] == 8))[1]
            if a["op"] == "F"]
     assert ran == list(range(8))
     if torch.__version__.startswith("2.13"):
         assert planned == [1, 2, 3, 4]
 
 
-def test_deepspeed_stream_and_loss():
+@pytest.mark.parametrize("ds", DS_RUNS, ids=lambda r: r.hardware["id"])
+def test_deepspeed_stream_and_loss(ds):
     """Experiment 4: executed = planned TrainSchedule stream; its F/B order is 1F1B; buffers max(2, p − r); loss matches."""
-    ds = page.deepspeed_run()
     mm = ds.measurements
     p = ds.params["p"]
     for r in mm["ranks"]:
@@ -118,9 +122,53 @@ def test_problem_3_versions():
 
 
 def test_figures_fit_the_cell_budget():
-    run = page.bench()
-    for f in (page.sim_gantt, lambda: page.measured_gantt(run, 8)):
+    run = RUNS[0]
+    gpu = platform(gpu_fixture("pipeline_bench"))
+    for f in (page.sim_gantt, lambda: page.measured_gantt(run, 8) + page.compare_tab(gpu)):
         t0 = time.thread_time()
         svg = f()
         assert time.thread_time() - t0 < cell_budget()
         assert "rank 1" in svg
+
+
+def test_gpu_tabs_read_the_gpu_files():
+    """The GPU tabs: one row per m both schedules measured in the GPU file; a planted wrong live count in a copy of
+    the GPU file (1F1B rank 0 holds one micro-batch more than p − r) turns the GPU tab's 1F1B verdict False, leaves
+    GPipe's and the CPU tab alone; the DeepSpeed stream and losses are the GPU deepspeed_pipe file's."""
+    from snippets import results
+    from tests.ch4_pipeline_parallel import mutated
+
+    run = gpu_fixture("pipeline_bench")
+    shared = {e["m"] for e in run.data["measurements"] if e["schedule"] == "1f1b" and e["variant"] == "sleep"}
+    assert len(page.measured_rows_table(run)) == len(shared)
+
+    def one_more(d):
+        e = next(x for x in d["measurements"] if (x["schedule"], x["variant"]) == ("1f1b", "sleep"))
+        e["peak_live_microbatches"][0] += 1
+
+    cpu = [r for r in RUNS if not r.is_gpu]
+    before = {p.kind: page.memory_tab(p) for p in results.platforms(cpu + [run])}
+    after = {p.kind: page.memory_tab(p) for p in results.platforms(cpu + [mutated(run, one_more)])}
+    assert before["cpu"] == after["cpu"]
+    # the verdict the unmutated file earns, recomputed here: 1F1B's live peak on rank r is min(m, p − r)
+    p = run.data["params"]["p"]
+    ok = all(list(e["peak_live_microbatches"]) == [min(e["m"], p - r) for r in range(p)]
+             for e in run.data["measurements"] if e["schedule"] == "1f1b")
+    assert f"1F1B **{ok}**" in before["gpu"] and "1F1B **False**" in after["gpu"]
+    ds = gpu_fixture("deepspeed_pipe")
+    text = page.deepspeed_tab(platform(ds))
+    for r in ds.data["measurements"]["ranks"]:
+        assert f"손실 {r['loss']:.8f}" in text and f"`num_pipe_buffers()` = {r['num_pipe_buffers']}" in text
+    assert f"{ds.data['measurements']['ref_loss']:.8f}" in text
+
+
+def test_the_compare_cell_with_three_hardwares_fits_the_budget():
+    from tests.ch4_pipeline_parallel import tabs_time, three_hardwares
+
+    assert tabs_time(three_hardwares("pipeline_bench"), page.compare_tab) < cell_budget()
+
+
+def test_a_hardware_without_two_ranks_says_so():
+    for prog, tabs in (("pipeline_bench", (page.compare_tab, page.memory_tab)), ("deepspeed_pipe", (page.deepspeed_tab,))):
+        plat = without_world_2(gpu_fixture(prog))
+        assert all("N = 2 측정이 없습니다" in tab(plat) for tab in tabs)

@@ -5,7 +5,10 @@ import pytest
 
 from snippets.ch4_pipeline_parallel import d04_interleaved_1f1b as page
 from snippets.common import pipeline_sim as ps
+from tests.ch4_pipeline_parallel import gpu_fixture, platform, without_world_2
 from tests.conftest import cell_budget
+
+RUNS = page.runs()  # every committed pipeline_bench result, every hardware
 
 
 def test_theorem_443_bound_achieved_on_the_stated_range():
@@ -58,8 +61,8 @@ def test_problem_2_small_m_degenerates_to_gpipe_memory():
     assert page.interleaved(8, 8, 4).inflight()[0] == 32
 
 
-def test_measured_orders_and_live_chunks():
-    run = page.bench()
+@pytest.mark.parametrize("run", RUNS, ids=lambda r: r.hardware["id"])
+def test_measured_orders_and_live_chunks(run):
     p, m = run.params["p"], run.params["m_all"]
     for v_name in ("sleep", "real"):
         for sched in ("interleaved", "looped_bfs"):
@@ -86,8 +89,51 @@ def test_experiment_4_best_v_moves_with_delta():
 
 
 def test_figures_fit_the_cell_budget():
-    run = page.bench()
+    run = RUNS[0]
     for f in (page.sim_gantt, lambda: page.measured_gantt(run)):
         t0 = time.thread_time()
         f()
         assert time.thread_time() - t0 < cell_budget()
+
+
+def test_gpu_tabs_read_the_gpu_file():
+    """The GPU tabs follow the GPU file: swap the start times of rank 0's first two recorded calls of the interleaved
+    run in a copy, and exactly that line of the GPU tab turns False (its order is no longer Definition 4.4.2's,
+    ps.rank_order); the CPU tab is unchanged; the live-chunk column is the file's peak_live_microbatches."""
+    from snippets import results
+    from tests.ch4_pipeline_parallel import mutated
+
+    run = gpu_fixture("pipeline_bench")
+    m = run.data["params"]["m_all"]
+
+    def pick(d):
+        return next(x for x in d["measurements"] if (x["schedule"], x["variant"], x["m"]) == ("interleaved", "sleep", m))
+
+    def swap(d):
+        calls = sorted(pick(d)["timeline"][0], key=lambda c: c["start"])
+        a, b = calls[0], calls[1]
+        a["start"], b["start"] = b["start"], a["start"]
+        a["end"], b["end"] = b["end"], a["end"]
+
+    bad = mutated(run, swap)
+    calls = sorted(pick(bad.data)["timeline"][0], key=lambda c: c["start"])
+    assert (calls[0]["stage"], calls[0]["mb"]) != (calls[1]["stage"], calls[1]["mb"])  # the swap changed the order
+    cpu = [r for r in RUNS if not r.is_gpu]
+    before = {p.kind: page.order_tab(p) for p in results.platforms(cpu + [run])}
+    after = {p.kind: page.order_tab(p) for p in results.platforms(cpu + [bad])}
+    assert before["cpu"] == after["cpu"]
+    false_lines = [ln for ln in after["gpu"].splitlines() if ln.endswith("**False**")]
+    assert len(false_lines) == 1 and false_lines[0].startswith("- `interleaved` rank 0:")
+    tab = page.interleave_tab(platform(run))
+    assert " / ".join(map(str, pick(run.data)["peak_live_microbatches"])) in tab
+
+
+def test_the_interleave_cell_with_three_hardwares_fits_the_budget():
+    from tests.ch4_pipeline_parallel import tabs_time, three_hardwares
+
+    assert tabs_time(three_hardwares("pipeline_bench"), page.interleave_tab) < cell_budget()
+
+
+def test_a_hardware_without_two_ranks_says_so():
+    plat = without_world_2(gpu_fixture("pipeline_bench"))
+    assert "N = 2 측정이 없습니다" in page.order_tab(plat) and "N = 2 측정이 없습니다" in page.interleave_tab(plat)

@@ -6,7 +6,10 @@ import pytest
 
 from snippets.ch4_pipeline_parallel import d05_chimera_bidirectional as page
 from snippets.common import pipeline_sim as ps
+from tests.ch4_pipeline_parallel import gpu_fixture, platform, without_world_2
 from tests.conftest import cell_budget
+
+RUNS = page.runs()  # every committed pipeline_bench result, every hardware
 
 
 def test_theorem_454_zb_h1_bound_achieved_and_formula():
@@ -52,8 +55,8 @@ def test_zbv_half_of_zb_h1_memory_and_comm():
         assert row[8] == 2 * (p - 1) == 2 * row[9]
 
 
-def test_measured_zero_bubble_runs():
-    run = page.bench()
+@pytest.mark.parametrize("run", RUNS, ids=lambda r: r.hardware["id"])
+def test_measured_zero_bubble_runs(run):
     m = run.params["m_all"]
     for v in ("sleep", "real"):
         for sched in ("interleaved_zb", "zbv", "dualpipev"):
@@ -113,8 +116,148 @@ def test_problem_1_numbers():
 
 
 def test_figures_fit_the_cell_budget():
-    run = page.bench()
+    run = RUNS[0]
     for f in (page.zb_gantt, lambda: page.measured_gantt(run), page.chimera_gantt):
         t0 = time.thread_time()
         f()
         assert time.thread_time() - t0 < cell_budget()
+
+
+def test_gpu_tabs_read_the_gpu_file():
+    """The GPU tabs: the largest gradient error over the five schedules, read from the GPU file, and the per-stage
+    input-grad / weight-grad means recomputed from its raw timeline."""
+    run = gpu_fixture("pipeline_bench")
+    plat = platform(run)
+    m = run.data["params"]["m_all"]
+    es = [e for e in run.data["measurements"] if e["m"] == m and e["schedule"] in page.MEASURED]
+    assert f"최대 차이 (모든 행): {max(e['grad_max_err'] for e in es):.1e}" in page.zero_bubble_tab(plat)
+    zbv = next(e for e in es if (e["schedule"], e["variant"]) == ("zbv", "sleep"))
+    w0 = [c["end"] - c["start"] for rank in zbv["timeline"] for c in rank if c["op"] == "W" and c["stage"] == 0]
+    assert f"| {1e3 * sum(w0) / len(w0):.1f} |" in page.split_tab(plat)
+
+
+def test_a_hardware_without_two_ranks_says_so():
+    plat = without_world_2(gpu_fixture("pipeline_bench"))
+    assert "N = 2 측정이 없습니다" in page.zero_bubble_tab(plat) and "N = 2 측정이 없습니다" in page.split_tab(plat)
+
+
+def test_the_zero_bubble_cell_with_three_hardwares_fits_the_budget():
+    from tests.ch4_pipeline_parallel import tabs_time, three_hardwares
+
+    assert tabs_time(three_hardwares("pipeline_bench"), page.zero_bubble_tab) < cell_budget()
+
+
+# --- experiment 5: measured F / B / W (gpu_runs/step_anatomy.py) in the simulator -----------------------
+
+MD = "ch4-pipeline-parallel/05-chimera-bidirectional.md"
+
+
+def _gpu_copies(res, program: str) -> list:
+    """Beside every CPU file of `program` in the scratch results folder `res`, its GPU-shaped copy as
+    tests/gpu_fixtures/make.py makes it (fixture_from_cpu, which applies augment/<program>.py)."""
+    import json
+
+    from tests.gpu_fixtures.make import fixture_from_cpu
+
+    out = []
+    for cpu in sorted((res / program).glob("cpu-*.json")):
+        d = fixture_from_cpu(json.loads(cpu.read_text()), f"gpu_runs/results/{program}/{cpu.name}")
+        out.append(res / program / f"{d['hardware']['id']}.json")
+        out[-1].write_text(json.dumps(d))
+    assert out, f"no committed CPU result gpu_runs/results/{program}/cpu-*.json to mirror: run `make runs`"
+    return out
+
+
+def _rows(html: str) -> list[list[str]]:
+    """The cells' text of every table row of a tab."""
+    import html as H
+    import re
+
+    return [[H.unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", tr, re.S)]
+            for tr in re.findall(r"<tr>(.*?)</tr>", html, re.S)]
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_zb_h1_formula_is_reached_exactly_when_w_is_the_shortest(p):
+    """Experiment 5's reading of Theorem 4.5.4 on a grid of time ratios: the simulated ZB-H1 bubble equals the
+    lower bound (p−1)(T_F+T_B−T_W)/(m·ΣT) when T_W ≤ min(T_F, T_B), and is larger otherwise."""
+    for m in (p, 2 * p, 4 * p):
+        for tb in (0.5, 0.8, 1.0, 1.5, 2.0):
+            for tw in (0.25, 0.5, 0.8, 1.0, 1.3, 2.0, 3.0):
+                sim = ps.simulate("zb_h1", p, m, t_f=1.0, t_b=tb, t_w=tw).bubble_relative()
+                bound = (p - 1) * (1 + tb - tw) / (m * (1 + tb + tw))
+                if tw <= min(1.0, tb):
+                    assert sim == pytest.approx(bound, abs=1e-12), (m, tb, tw)
+                else:
+                    assert sim > bound + 1e-9, (m, tb, tw)
+
+
+def test_committed_split_is_exact_and_counts_equal_flops():
+    """Experiment 5 on the committed CPU result: the B / W split's gradients equal the unsplit backward's within
+    the dtype's tolerance, and F, B and W each count 2·(2·T·h·4h)·blocks matmul FLOPs (recomputed here)."""
+    from snippets import results
+
+    (run,) = [r for r in results.experiment(page.ANATOMY) if not r.is_gpu]
+    p, chk = run.params, run.measurements["stages_check"]
+    per = p["layers"] // p["stages"]
+    want = per * 2 * (2 * p["tokens"] * p["h"] * 4 * p["h"])
+    assert chk["flops_counted_stage0"] == {"F": want, "B": want, "W": want}
+    assert chk["max_rel_err_vs_BW"] <= chk["tol"] == 1e-5 and chk["ok"]
+    assert [s["stage"] for s in run.measurements["stages"]] == list(range(p["stages"]))
+
+
+def test_experiment_5_tabs_simulate_their_own_times(tmp_path, monkeypatch):
+    """The page's cell on the committed CPU file and a GPU-shaped copy whose W times are tripled (so its tab can only
+    come from that file, and T_W > min(T_F, T_B) there). Per tab: the inputs are the stage means of the JSON; the
+    ZB-H1 formula column is Theorem 4.5.4's bound computed here; the simulated bubble is never below it and equals
+    it exactly when T_W ≤ min(T_F, T_B); the 1F1B makespan is (m + p − 1)(T_F + T_BW), the closed form."""
+    import json
+
+    from tests.page_cells import edit, results_dir, run_cell, tab
+
+    res = results_dir(tmp_path, ["pipeline_bench", page.ANATOMY])  # run_cell runs the whole session
+    (gpu,) = _gpu_copies(res, page.ANATOMY)
+
+    def slow_w(d):
+        for s in d["measurements"]["stages"]:
+            s["W_ms_median"] *= 3
+            s["B_plus_W_ms"] = s["B_ms_median"] + s["W_ms_median"]
+    edit(gpu, slow_w)
+    html = run_cell(MD, "ch4-05-exp5-fbw", res, monkeypatch)
+    for kind, path in (("CPU", next((res / page.ANATOMY).glob("cpu-*.json"))), ("GPU", gpu)):
+        body = tab(html, kind)
+        st = json.loads(path.read_text())["measurements"]["stages"]
+        p = len(st)
+        f, b, w, bw = (float(np.mean([s[f"{k}_ms_median"] for s in st])) for k in ("F", "B", "W", "BW"))
+        assert f"T_F = {f:.3g} ms, T_B = {b:.3g} ms, T_W = {w:.3g} ms" in body
+        rows = [r for r in _rows(body) if len(r) == 6 and r[1] in ("ZB-H1", "1F1B")]
+        assert {int(r[0]) for r in rows} == {p, 4 * p}
+        for r in rows:
+            m = int(r[0])
+            if r[1] == "ZB-H1":
+                bound = (p - 1) * (f + b - w) / (m * (f + b + w))
+                assert float(r[4]) == pytest.approx(bound, abs=5e-5)
+                assert float(r[3]) >= float(r[4]) - 1e-4
+                assert (abs(float(r[3]) - float(r[4])) < 5e-5) == (w <= min(f, b))
+            else:
+                assert float(r[5].replace(",", "")) == pytest.approx((m + p - 1) * (f + bw), rel=1e-3)
+                assert float(r[3]) == pytest.approx((p - 1) / m, abs=5e-5)
+
+
+def test_experiment_5_cell_is_fast():
+    from snippets import results
+
+    t0 = time.perf_counter()
+    results.hardware_tabs(page.ANATOMY, page.fbw_tab)
+    assert time.perf_counter() - t0 < cell_budget()
+
+
+def test_experiment_5_tab_says_when_a_hardware_has_no_single_device_run():
+    import copy
+
+    from snippets import results
+
+    (run,) = [r for r in results.experiment(page.ANATOMY) if not r.is_gpu]
+    d = copy.deepcopy(run.data)
+    d["hardware"]["world_size"] = 2
+    assert "장치 하나 (world size 1) 에서만 돕니다" in page.fbw_tab(platform(results.Result(run.path, d)))

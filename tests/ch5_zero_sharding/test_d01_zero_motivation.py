@@ -149,3 +149,107 @@ def test_deepspeed_estimators_20_bytes_is_zero2_only():
     assert gpu_off == 2 * psi
     _, gpu3, _ = estimate_zero3_model_states_mem_needs(psi, largest, num_gpus_per_node=1, cpu_offload=False)
     assert gpu3 == 18 * psi + 4 * largest != 20 * psi
+
+
+# --- experiment 5: the optimizer step's time (gpu_runs/step_anatomy.py) ------------------------------------
+
+MD = "ch5-zero-sharding/01-zero-motivation.md"
+
+
+def _gpu_copies(res, program: str) -> list:
+    """Beside every CPU file of `program` in the scratch results folder `res`, its GPU-shaped copy as
+    tests/gpu_fixtures/make.py makes it (fixture_from_cpu, which applies augment/<program>.py)."""
+    import json
+
+    from tests.gpu_fixtures.make import fixture_from_cpu
+
+    out = []
+    for cpu in sorted((res / program).glob("cpu-*.json")):
+        d = fixture_from_cpu(json.loads(cpu.read_text()), f"gpu_runs/results/{program}/{cpu.name}")
+        out.append(res / program / f"{d['hardware']['id']}.json")
+        out[-1].write_text(json.dumps(d))
+    assert out, f"no committed CPU result gpu_runs/results/{program}/cpu-*.json to mirror: run `make runs`"
+    return out
+
+
+def _rows(html: str) -> list[list[str]]:
+    """The cells' text of every table row of a tab."""
+    import html as H
+    import re
+
+    return [[H.unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", tr, re.S)]
+            for tr in re.findall(r"<tr>(.*?)</tr>", html, re.S)]
+
+
+def test_committed_adam_rows_count_seven_elements_of_the_models_dtype():
+    """Experiment 5's accounting on the committed CPU result: every implementation ran, over all ψ parameters, its
+    minimum bytes are 7 × ψ × 4 (float32: read p, g, m, v; write p, m, v), its Adam state is m and v (2 × 4 bytes
+    an element), and its GB/s is those bytes over its time."""
+    from snippets import results
+
+    (run,) = [r for r in results.experiment(page.ANATOMY) if not r.is_gpu]
+    assert run.params["dtype"] == "float32" and run.params["default_impl"] == "for-loop"
+    rows = {r["impl"]: r for r in run.measurements["optimizer"]}
+    assert set(rows) == {"fused", "foreach", "for-loop"} and all(r["supported"] for r in rows.values())
+    psi = run.params["parameters"]
+    for r in rows.values():
+        assert r["params"] == psi and r["bytes_min"] == 7 * psi * 4 and r["state_bytes"] == 2 * psi * 4
+        assert r["GBps"] == pytest.approx(r["bytes_min"] / (r["ms_median"] * 1e-3) / 1e9, rel=1e-12)
+
+
+def test_experiment_5_tabs(tmp_path, monkeypatch):
+    """The page's cell on the committed CPU file and a GPU-shaped copy whose fused step is 5× faster (so the GPU tab
+    can only come from it). Per tab: each row's bandwidth is 7 × ψ × element size over its time (bf16 on the GPU
+    copy, float32 on CPU), the fastest implementation is named, and the extrapolated 7B step on N = 8 ranks is
+    30 bytes × 7e9 / 8 over the fastest bandwidth."""
+    import json
+
+    from tests.page_cells import edit, results_dir, run_cell, tab
+
+    res = results_dir(tmp_path, [page.ANATOMY])
+    (gpu,) = _gpu_copies(res, page.ANATOMY)
+
+    def faster_fused(d):
+        for r in d["measurements"]["optimizer"]:
+            if r["impl"] == "fused":
+                r["ms_median"] /= 5
+                r["GBps"] = r["bytes_min"] / (r["ms_median"] / 1e3) / 1e9
+    edit(gpu, faster_fused)
+    html = run_cell(MD, "ch5-01-exp5-steptime", res, monkeypatch)
+    for kind, path, elem in (("CPU", next((res / page.ANATOMY).glob("cpu-*.json")), 4), ("GPU", gpu, 2)):
+        body = tab(html, kind)
+        opt = json.loads(path.read_text())["measurements"]["optimizer"]
+        rows = {r[0]: r for r in _rows(body)}
+        gbps = {}
+        for o in opt:
+            r = rows[page.IMPL_OF[o["impl"]]]
+            gbps[o["impl"]] = 7 * o["params"] * elem / (o["ms_median"] * 1e-3) / 1e9
+            assert r[1] == f"{o['ms_median']:.3g}" and r[3] == f"{gbps[o['impl']]:.3g}"
+        best = max(gbps, key=gbps.get)
+        assert f"가장 빠른 구현: <strong>{page.IMPL_OF[best]}</strong>" in body
+        assert f"원소당 {elem} bytes" in body
+        (seven_b8,) = [r for r in _rows(body) if r[:2] == ["7B", "8"]]
+        assert seven_b8[2] == f"{30 * 7e9 / 8 / (gbps[best] * 1e9):,.3g}"
+
+
+def test_experiment_5_cell_is_fast():
+    import time
+
+    from snippets import results
+    from tests.conftest import cell_budget
+
+    t0 = time.perf_counter()
+    results.hardware_tabs(page.ANATOMY, page.adam_tab)
+    assert time.perf_counter() - t0 < cell_budget()
+
+
+def test_experiment_5_tab_says_when_a_hardware_has_no_single_device_run():
+    import copy
+
+    from snippets import results
+
+    (run,) = [r for r in results.experiment(page.ANATOMY) if not r.is_gpu]
+    d = copy.deepcopy(run.data)
+    d["hardware"]["world_size"] = 2
+    (plat,) = results.platforms([results.Result(run.path, d)])
+    assert "장치 하나 (world size 1) 의 측정이 없습니다 (있는 N: 2)" in page.adam_tab(plat)

@@ -5,10 +5,18 @@ from pathlib import Path
 
 import pytest
 
+from snippets import results
 from snippets.ch5_zero_sharding import d02_zero_1 as page
 from snippets.common import zero_memory as zm
+from tests.page_cells import edit, results_dir, run_cell, tab
 
 ROOT = Path(__file__).resolve().parents[2]
+MD = "ch5-zero-sharding/02-zero-1.md"
+
+
+def cpu():
+    """The committed CPU files: the claims below are the ones the page reads in its CPU tab."""
+    return results.load("zero_bench", kind="cpu")
 
 
 def test_theorem_sharded_adam_is_bitwise_dp_adam():
@@ -35,7 +43,7 @@ def test_prediction_table_70b_and_limits():
 
 def test_measured_bytes_match_formula_exactly():
     """Experiment 3: DeepSpeed's own tensors hold 2ψ·e params and Kψ/N optimizer bytes, padding 0."""
-    rows = page.memory_rows(1)
+    rows = page.memory_rows(1, cpu())
     assert {r["N"] for r in rows} == {1, 2, 4}
     assert len(rows) == 1 + 2 + 4
     for r in rows:
@@ -50,7 +58,7 @@ def test_measured_bytes_match_formula_exactly():
 
 def test_collective_bytes_against_2psi():
     """Experiment 4: default = all_reduce + all_gather, 1.5× the paper's 2ψ; reduce path = 1.0×."""
-    rows = page.comm_rows(1)
+    rows = page.comm_rows(1, cpu())
     for r in rows:
         assert r["S_total"] == (2 if r["N"] > 1 else 1) * r["psi_e"]
         assert r["control"] == {"all_reduce": {"calls": 2, "bytes": 5}}
@@ -96,3 +104,42 @@ def test_tiny_preset_stage1(run_tiny):
     assert rec["comm"]["all_gather_into_tensor"] == {"calls": 1, "bytes": 2 * psi}
     if os.getloadavg()[0] <= (os.cpu_count() or 1):  # the 30 s budget assumes an idle machine
         assert took < 30
+
+
+def test_gpu_tab_checks_the_gpu_files_own_bytes(tmp_path, monkeypatch):
+    """Experiment 3 per hardware: with a GPU file beside the CPU ones the cell shows a GPU tab whose verdict is
+    computed from that file. One byte count of the N = 2 GPU fixture is moved off the rule: the GPU tab must say
+    False, the CPU tab still True, and the GPU tab shows that file's number and its provenance."""
+    res = results_dir(tmp_path, ["zero_bench"])
+    f = res / "zero_bench" / "gpu-nccl-1x2-nvidia-h200.json"
+
+    def off_by_two(d):
+        rec = next(m for m in d["measurements"] if m["stage"] == 1)
+        rec["per_rank_bytes_all"][0]["params"] += 2
+    edit(f, off_by_two)
+    html = run_cell(MD, "ch5-02-exp3-measured", res, monkeypatch)
+    gpu, cpu_tab = tab(html, "GPU"), tab(html, "CPU")
+    moved = next(m for m in results.read(f).measurements if m["stage"] == 1)["per_rank_bytes_all"][0]["params"]
+    assert f"{moved:,}" in gpu and f"{moved:,}" not in cpu_tab
+    assert "byte 단위로 같은가: <strong>False</strong>" in gpu and "byte 단위로 같은가: <strong>True</strong>" in cpu_tab
+    assert "gpu-nccl-1x2-nvidia-h200.json" in gpu and "gpu-nccl" not in cpu_tab
+    assert "+cu" in gpu.split("<table")[0]  # the model line names the CUDA build of torch the GPU file ran
+
+
+def test_gpu_tab_comm_ratios_from_the_gpu_file(tmp_path, monkeypatch):
+    """Experiment 4 per hardware: the ratio printed in the GPU tab is ring bytes / 2(N−1)/N·eψ of the GPU file,
+    recomputed here from its JSON after doubling one all_gather's recorded size."""
+    res = results_dir(tmp_path, ["zero_bench"])
+    f = res / "zero_bench" / "gpu-nccl-1x2-nvidia-h200.json"
+
+    def bigger(d):
+        rec = next(m for m in d["measurements"] if m["stage"] == 1)
+        rec["comm_by_phase"]["step"]["all_gather_into_tensor"]["bytes"] *= 2
+    edit(f, bigger)
+    rec = next(m for m in results.read(f).measurements if m["stage"] == 1)
+    psi, n = rec["psi"], 2
+    ph = rec["comm_by_phase"]
+    sent = 2 * (n - 1) / n * ph["backward"]["all_reduce"]["bytes"] + (n - 1) / n * ph["step"]["all_gather_into_tensor"]["bytes"]
+    want = sent / (2 * (n - 1) / n * 2 * psi)
+    gpu = tab(run_cell(MD, "ch5-02-exp4-comm", res, monkeypatch), "GPU")
+    assert f"{want:.2f}" == "2.00" and "→ 1.50, 2.00" in gpu  # N = 4 keeps 1.50; N = 2 now 2.00

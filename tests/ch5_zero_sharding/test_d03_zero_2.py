@@ -3,9 +3,17 @@ import os
 
 import pytest
 
+from snippets import results
 from snippets.ch5_zero_sharding import d02_zero_1 as zero1
 from snippets.ch5_zero_sharding import d03_zero_2 as page
 from snippets.common import zero_memory as zm
+from tests.page_cells import results_dir, run_cell, tab
+
+MD = "ch5-zero-sharding/03-zero-2.md"
+
+
+def cpu():
+    return results.load("zero_bench", kind="cpu")
 
 
 def test_70b_16_numbers_and_saving_formula():
@@ -35,7 +43,7 @@ def test_exercise1_syllabus_number_is_fp32_grads():
 
 def test_measured_stage2_bytes_exact():
     """Experiment 2: params 2ψ, gradient partition 2ψ/N, optimizer Kψ/N — every rank, N = 1, 2, 4."""
-    rows = zero1.memory_rows(2)
+    rows = zero1.memory_rows(2, cpu())
     assert len(rows) == 7
     for r in rows:
         assert r["params"] == r["params_pred"] == 2 * r["psi"]
@@ -45,7 +53,7 @@ def test_measured_stage2_bytes_exact():
 
 def test_gradient_peak_within_bounds_and_stage2_below_stage1():
     """Experiment 3 / Lemma 5.3.4: stage-2 peak within [2ψ/N, 2ψ/N + bucket + one parameter]; stage 1 ≥ 2ψ."""
-    rows = page.peak_rows()
+    rows = page.peak_rows(cpu())
     for r in rows:
         assert r["low"] <= r["peak"] <= r["high"]
     for n in (2, 4):
@@ -56,18 +64,20 @@ def test_gradient_peak_within_bounds_and_stage2_below_stage1():
 
 def test_trace_decomposition_n2():
     """Experiment 3: at N = 2 the stage-2 peak is partition + one bucket + one bias gradient, exactly."""
-    run = next(r for r in zero1.runs() if r.hardware["world_size"] == 2)
+    run = next(r for r in cpu() if r.hardware["world_size"] == 2)
     rec = zero1.record(run, 2)
     h = run.params["dim"]
     for r in rec["per_rank_bytes_all"]:
         assert r["grads"] == 2 * rec["psi"] // 2 + 2 * (h * h + h) + 2 * h
         assert r["grad_trace"][-1][1] == "end of backward" and r["grad_trace"][-1][2] == rec["psi"]
-    assert "<svg" in page.trace_figure(2, 0)
+    assert "<svg" in page.trace_figure(cpu(), 2, 0)
+    split = page.peak_split(cpu())
+    assert len(split) == 2 and "같음" in split[0]  # N = 2 decomposition matches; N = 4 line present
 
 
 def test_n4_excess_equals_bias_plus_boundary_piece():
     """Experiment 3 (N = 4): peak − partition − bucket = one bias + the part of layer 1's weight past rank 0's boundary."""
-    run = next(r for r in zero1.runs() if r.hardware["world_size"] == 4)
+    run = next(r for r in cpu() if r.hardware["world_size"] == 4)
     rec, h = zero1.record(run, 2), run.params["dim"]
     bucket = 2 * (h * h + h)
     extra = max(r["grads"] - rec["psi"] // 2 - bucket for r in rec["per_rank_bytes_all"])
@@ -77,11 +87,11 @@ def test_n4_excess_equals_bias_plus_boundary_piece():
 
 def test_stage2_collectives_equal_stage1():
     """Experiment 4: same calls and bytes as ZeRO-1; 1.5× by default, 1.0× on the reduce path."""
-    for a, b in zip(zero1.comm_rows(1), zero1.comm_rows(2)):
+    for a, b in zip(zero1.comm_rows(1, cpu()), zero1.comm_rows(2, cpu())):
         assert (a["N"], a["variant"], a["data"], a["control"]) == (b["N"], b["variant"], b["data"], b["control"])
         if b["N"] > 1:
             assert b["ratio"] == pytest.approx(1.5 if b["variant"].startswith("default") else 1.0)
-    for run in zero1.runs():
+    for run in cpu():
         n = run.hardware["world_size"]
         rec = zero1.record(run, 2)
         assert rec["comm_by_phase"]["backward"]["all_reduce"]["calls"] == run.params["layers"]
@@ -102,3 +112,18 @@ def test_tiny_preset_stage2(run_tiny):
     assert rec["comm_by_phase"]["backward"]["all_reduce"]["bytes"] == 2 * psi
     if os.getloadavg()[0] <= (os.cpu_count() or 1):
         assert took < 30
+
+
+def test_one_gpu_tab_names_the_missing_world_sizes(tmp_path, monkeypatch):
+    """A reader with one GPU commits only the N = 1 file: the bounds cell and the trace figure must not assume
+    N = 2 or 4 there, and must say which N are missing; the CPU tab keeps its N = 2 decomposition."""
+    res = results_dir(tmp_path, ["zero_bench"], keep={"zero_bench": lambda name: "1x1" in name})
+    html = run_cell(MD, "ch5-03-exp3-bounds", res, monkeypatch)
+    gpu, cpu_tab = tab(html, "GPU"), tab(html, "CPU")
+    assert "N = 2, 4 측정이 없습니다" in gpu and "peak 분해" not in gpu
+    assert "peak 분해" in cpu_tab and "측정이 없습니다" not in cpu_tab
+    one = results.read(res / "zero_bench" / "gpu-nccl-1x1-nvidia-h200.json")
+    lo, hi = page.grad_peak_bounds(zero1.record(one, 2)["psi"], 1, one.params["dim"] ** 2 + one.params["dim"],
+                                   one.params["dim"] ** 2, 2)
+    assert f"{hi:,}" in gpu  # the bound is computed from the GPU file's own model
+    assert "<svg" in tab(run_cell(MD, "ch5-03-exp3-figure", res, monkeypatch), "GPU")

@@ -246,10 +246,37 @@ def test_zero3_sends_what_deepspeed_default_stage12_sends():
     from snippets.ch5_zero_sharding import d02_zero_1 as zero1
 
     z3 = {r["N"]: r["sent_per_rank"] for r in page.comm_rows(results.load("zero_bench", kind="cpu"))}
-    for r in zero1.comm_rows(1):
+    for r in zero1.comm_rows(1, results.load("zero_bench", kind="cpu")):
         if r["N"] < 2:
             continue
         if r["variant"].startswith("default"):
             assert z3[r["N"]] == pytest.approx(r["ring_sent"])
         else:
             assert z3[r["N"]] == pytest.approx(1.5 * r["ring_sent"])
+
+
+def test_gpu_tab_of_zero3_memory_and_comm_reads_the_gpu_file(tmp_path, monkeypatch):
+    """Experiments 1–2 per hardware: the GPU tab's resident total and its 3eψ verdict come from the GPU file.
+    The N = 4 fixture's forward AllGather bytes are doubled: its tab must say False while the CPU tab says True,
+    and the figure's axis counts GPUs there."""
+    from snippets import results
+    from tests.page_cells import edit, results_dir, run_cell, tab
+
+    md = "ch5-zero-sharding/04-zero-3.md"
+    res = results_dir(tmp_path, ["zero_bench"])
+    f = res / "zero_bench" / "gpu-nccl-1x4-nvidia-h200.json"
+
+    def more(d):
+        rec = next(m for m in d["measurements"] if m["stage"] == 3)
+        rec["comm"]["all_gather_into_tensor"]["bytes"] *= 2
+    edit(f, more)
+    html = run_cell(md, "ch5-04-exp2-comm", res, monkeypatch)
+    assert "3eψ (byte 단위): <strong>False</strong>" in tab(html, "GPU")
+    assert "3eψ (byte 단위): <strong>True</strong>" in tab(html, "CPU")
+    rec = next(m for m in results.read(f).measurements if m["stage"] == 3)
+    assert f"{rec['comm']['all_gather_into_tensor']['bytes']:,}" in tab(html, "GPU")
+    mem = tab(run_cell(md, "ch5-04-exp1-memory", res, monkeypatch), "GPU")
+    assert "N (GPUs)" in mem and "N (processes)" not in mem
+    r4 = next(r for r in page.memory_rows([results.read(f)]))
+    total = r4["measured"]["params"] + r4["grads_after_backward"][0] + r4["measured"]["optimizer"]
+    assert f"N = 4: 상주 model states = {total:,} bytes" in mem

@@ -30,8 +30,15 @@ def test_padding_bound_theorem_553():
         assert page.padded_numel(params, n) - psi < n * rows
 
 
+def _cpu():
+    from snippets import results
+
+    (plat,) = results.platforms(results.load("fsdp_bench", kind="cpu"))
+    return plat
+
+
 def _runs():
-    runs = page.runs()
+    runs = _cpu().by_world
     assert {2, 4} <= set(runs)
     return runs
 
@@ -156,7 +163,9 @@ def test_deepspeed_cut_rule():
 def test_deepspeed_measured_matches_rules_when_committed():
     """Experiment 5 (measured): zero_bench's ZeRO-3 shards follow the DeepSpeed rule, and its
     all-gathers (count, forward bytes) equal the FSDP2 prediction for the same model."""
-    rows = page.deepspeed_comparison_rows(page.zero_bench_runs())
+    from snippets import results
+
+    rows = page.deepspeed_comparison_rows(results.load("zero_bench", kind="cpu"))
     assert rows, "zero_bench results are committed (Ch5-02..04); an empty comparison would pass vacuously"
     for r in rows:
         assert set(r["ds_measured"]) == {r["ds_rule"]}
@@ -203,7 +212,7 @@ def test_cpu_step_time_prediction_is_g_ring_allgathers():
     (n_grp = root + 4 blocks) on the α-β fit of Ch1's gloo measurement. Whether the timing spread hides it depends
     on the machine, so the page prints that verdict from the file instead of asserting it."""
     run = _runs()[2]
-    alpha, beta = page.gloo_allgather_fit(2)
+    alpha, beta = page.allgather_fit(_cpu(), 2)
     assert alpha > 0 and beta > 0
     n, params = run.hardware["world_size"], run.measurements["params"]
     groups = {page.group_of(p["name"]) for p in params}
@@ -277,3 +286,39 @@ def test_programs_import_shared_modules_not_pages():
     from snippets.common import fsdp_shapes
 
     assert page.large_model_rows is fsdp_shapes.large_model_rows and page.hsdp_rows is fsdp_shapes.hsdp_rows
+
+
+def test_gpu_tab_fits_alpha_beta_on_the_gpu_collectives_file(tmp_path, monkeypatch):
+    """Experiment 3 per hardware: the GPU tab's α-β prediction is fitted on collectives_bench of the same
+    hardware (NCCL), not on gloo. The GPU collectives fixture's all_gather times are divided by 100; the α
+    printed in the GPU tab must be the one fitted here from that file, and the CPU tab keeps gloo's."""
+    from snippets import results
+    from snippets.common import alphabeta as ab
+    from tests.page_cells import edit, results_dir, run_cell, tab
+
+    res = results_dir(tmp_path, ["fsdp_bench", "collectives_bench", "zero_bench"])
+    f = res / "collectives_bench" / "gpu-nccl-1x2-nvidia-h200.json"
+
+    def faster(d):
+        for m in d["measurements"]:
+            m["time_us_median"] /= 100
+    edit(f, faster)
+    rows = [m for m in results.read(f).measurements if m["op"] == "all_gather"]
+    alpha, beta, _ = ab.fit_alpha_beta([1] * len(rows), [s["bytes"] / 2 for s in rows],
+                                       [s["time_us_median"] * 1e-6 for s in rows])
+    html = run_cell("ch5-zero-sharding/05-fsdp.md", "ch5-05-exp3-times", res, monkeypatch)
+    gpu, cpu_tab = tab(html, "GPU"), tab(html, "CPU")
+    assert f"nccl all_gather fit: α = {alpha * 1e6:.1f} µs" in gpu
+    assert "gloo all_gather fit" in cpu_tab and f"α = {alpha * 1e6:.1f} µs" not in cpu_tab
+    assert "2 GPUs (nccl)" in gpu
+
+
+def test_gpu_tab_without_n4_says_so(tmp_path, monkeypatch):
+    """Experiment 1 per hardware: a GPU platform with N = 2 only (the refresh plan's 2-GPU run) reads N = 2 and says
+    that N = 4 is missing, instead of failing on runs[4]."""
+    from tests.page_cells import results_dir, run_cell, tab
+
+    res = results_dir(tmp_path, ["fsdp_bench"], keep={"fsdp_bench": lambda name: "1x2" in name})
+    html = run_cell("ch5-zero-sharding/05-fsdp.md", "ch5-05-exp1-shards", res, monkeypatch)
+    assert "N = 4 측정이 없어 N = 2 의 측정을 읽습니다" in tab(html, "GPU")
+    assert "측정이 없어" not in tab(html, "CPU")

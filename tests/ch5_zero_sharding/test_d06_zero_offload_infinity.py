@@ -214,26 +214,51 @@ def test_committed_cpu_adam_is_not_faster_than_the_bandwidth_bound():
         assert p["adam_ms"] >= p["adam_bound_ms"] and p["ratio"] >= 1
 
 
-def test_gpu_section_states_absence_or_renders_a_gpu_file():
-    """Experiment 4: no GPU file -> the page says so; a GPU file -> its memcpy bytes are tabulated."""
-    gpu_files = [p for p in results.all_paths()
-                 if p.parent.name == "offload_bench" and results.read(p).hardware["kind"] == "gpu"]
-    assert len(page.gpu_results()) == len(gpu_files)
-    assert "GPU 결과가 없습니다" in page.gpu_section([])
-    cpu = _cpu_run()
-    fake = results.Result(cpu.path, {**cpu.data, "measurements": [
-        {**m, "memcpy_bytes": {"DtoH": 4 * m["psi"], "HtoD": 2 * m["psi"]}, "memcpy_steps": 2}
-        for m in page.bench_rows(cpu)]})
-    probe = {"rank": 0, "config": "host_probe", "ok": True,
-             "probe": {"numel": 1 << 20, "reps": 3, "threads": 1, "copy_ms": 1.0, "copy_GBps": 8.0, "adam_ms": 20.0,
-                       "pcie_bytes": 1 << 28, "pcie_h2d_GBps": 24.0, "pcie_d2h_GBps": 22.0}}
-    md = page.gpu_section([results.Result(cpu.path, {**fake.data, "measurements": fake.measurements + [probe]})])
-    assert "pinned HtoD" in md and "24.0" in md and "GPU 결과가 없습니다" not in md
-    rows = page.gpu_rows(fake)
-    ok = [row for row in rows if row[1] != "—"]
-    num = lambda x: float(x.replace(",", ""))  # noqa: E731
-    assert ok and all(num(row[3]) == pytest.approx(num(row[4]), rel=1e-3) and num(row[5]) == pytest.approx(num(row[6]), rel=1e-3)
-                      for row in ok)  # DtoH = 4ψ/N and HtoD = 2ψ/N when the measurement matches the source
+def test_link_prediction_and_placement_rule():
+    """Experiment 4's GPU prediction: no offload moves nothing; ZeRO-2 offload moves the fp32 gradient partition
+    down (4ψ/N) and the 16-bit update up (2ψ/N), the bytes of DEEPSPEED_OFFLOAD_COPIES; ZeRO-3 gets no number.
+    Definition 5.6.1's places: on a GPU only the 16-bit parameters of ZeRO-2 offload stay on the device."""
+    by = {x["config"]: x for x in page.bench_rows(_cpu_run())}
+    psi, n = by["zero2"]["psi"], 2
+    assert page.link_prediction(by["zero2"], n) == {"DtoH": 0.0, "HtoD": 0.0}
+    down = max(b for _, _, way, b, _ in page.DEEPSPEED_OFFLOAD_COPIES if way == "DtoH")  # alternative paths, 4 B each
+    up = sum(b for _, _, way, b, _ in page.DEEPSPEED_OFFLOAD_COPIES if way == "HtoD")
+    assert page.link_prediction(by["zero2_offload_cpu"], n) == {"DtoH": down * psi / n, "HtoD": up * psi / n}
+    assert page.link_prediction(by["zero3_offload_cpu"], n) is None
+    dev = page.expected_devices(by["zero2_offload_cpu"], "cuda")
+    assert dev == {"params16": "cuda", "grads": "cpu", "master_fp32": "cpu", "adam_m": "cpu", "adam_v": "cpu"}
+    assert set(page.expected_devices(by["zero3_offload_cpu"], "cuda").values()) == {"cpu"}
+    assert all(row[-1] == "✅" for row in page.placement_check(_cpu_run()))  # CPU: every place is "cpu"
+
+
+def test_gpu_tab_compares_the_gpu_files_memcpy_bytes(tmp_path, monkeypatch):
+    """Experiment 4 per hardware: the step-time cell's GPU tab tabulates that file's memcpy bytes per step next to
+    the prediction, and the host-probe cell's GPU tab its pinned PCIe bandwidth; the CPU tabs have neither. The
+    fixture's HtoD bytes are halved first, so the measured column can only come from that file."""
+    from tests.page_cells import edit, results_dir, run_cell, tab
+
+    md = "ch5-zero-sharding/06-zero-offload-infinity.md"
+    res = results_dir(tmp_path, ["offload_bench"])
+    f = res / "offload_bench" / "gpu-nccl-1x2-nvidia-h200.json"
+
+    def half(d):
+        for m in d["measurements"]:
+            if "memcpy_bytes" in m:
+                m["memcpy_bytes"]["HtoD"] //= 2
+    edit(f, half)
+    gpu_file = results.read(f)
+    off = next(m for m in page.bench_rows(gpu_file) if m["config"] == "zero2_offload_cpu")
+    n = gpu_file.hardware["world_size"]
+    html = run_cell(md, "ch5-06-exp4-cpu", res, monkeypatch)
+    gpu, cpu_tab = tab(html, "GPU"), tab(html, "CPU")
+    measured = off["memcpy_bytes"]["HtoD"] / off["memcpy_steps"] / 1e6
+    assert f"{measured:,.2f}" in gpu and f"{2 * off['psi'] / n / 1e6:,.2f}" in gpu and f"{4 * off['psi'] / n / 1e6:,.2f}" in gpu
+    assert "DtoH" in gpu and "DtoH" not in cpu_tab
+    probe = next(m for m in gpu_file.measurements if m["config"] == "host_probe")["probe"]
+    host = run_cell(md, "ch5-06-exp4-adam", res, monkeypatch)
+    assert f"{probe['pcie_h2d_GBps']:.1f}" in tab(host, "GPU") and "pinned HtoD" not in tab(host, "CPU")
+    placed = tab(run_cell(md, "ch5-06-exp1-inventory", res, monkeypatch), "GPU")
+    assert "params16 cuda, grads cpu" in placed  # ZeRO-2 offload's inventory as the GPU file records it
 
 
 def test_gpu_path_memcpy_parser_on_a_kineto_like_trace(monkeypatch):
@@ -274,3 +299,95 @@ def test_tiny_preset_really_offloads(run_tiny):
         assert probe["copy_GBps"] > 0 and probe["adam_ms"] > 0
     assert took < 120  # GUIDE: < 30 s on an idle 2-core machine; the bound leaves room for a shared one
     print(f"tiny offload_bench: {took:.1f} s")
+
+
+# --- experiment 5: the link offload crosses (gpu_runs/mem_bandwidth.py) -------------------------------
+
+MD = "ch5-zero-sharding/06-zero-offload-infinity.md"
+
+
+def _gpu_copies(res, program: str) -> list:
+    """Beside every CPU file of `program` in the scratch results folder `res`, its GPU-shaped copy as
+    tests/gpu_fixtures/make.py makes it (fixture_from_cpu, which applies augment/<program>.py)."""
+    import json
+
+    from tests.gpu_fixtures.make import fixture_from_cpu
+
+    out = []
+    for cpu in sorted((res / program).glob("cpu-*.json")):
+        d = fixture_from_cpu(json.loads(cpu.read_text()), f"gpu_runs/results/{program}/{cpu.name}")
+        out.append(res / program / f"{d['hardware']['id']}.json")
+        out[-1].write_text(json.dumps(d))
+    assert out, f"no committed CPU result gpu_runs/results/{program}/cpu-*.json to mirror: run `make runs`"
+    return out
+
+
+def _rows(html: str) -> list[list[str]]:
+    """The cells' text of every table row of a tab."""
+    import html as H
+    import re
+
+    return [[H.unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", tr, re.S)]
+            for tr in re.findall(r"<tr>(.*?)</tr>", html, re.S)]
+
+
+def test_committed_cpu_result_has_no_host_device_link():
+    """Experiment 5's CPU reading: the committed CPU file records host↔device copies as not applicable, with a
+    reason and no numbers, so the page has nothing to invent."""
+    (mem,) = [r for r in results.experiment(page.MEM_PROGRAM) if not r.is_gpu]
+    m = mem.measurements
+    for d in page.DIRECTIONS:
+        assert m[d]["applies"] is False and m[d]["reason"] and set(m[d]) == {"applies", "reason"}
+    assert all(v is None for k, v in m["best"].items() if not k.startswith("device_to_device"))
+    assert page.link_rates(mem) is None
+
+
+def test_experiment_5_tabs(tmp_path, monkeypatch):
+    """The page's cell. CPU tab: the file's reason, verbatim, and no GB/s at all. GPU tab (a GPU-shaped copy whose
+    pinned copies are scaled, so the numbers can only come from it): the pinned / pageable ratios recomputed from
+    its JSON, and τ* with the measured link where the step-time model (step_times, a second route to Theorem
+    5.6.5) has the GPU time equal to the offload time."""
+    import html as H
+    import json
+
+    from tests.page_cells import edit, results_dir, run_cell, tab
+
+    res = results_dir(tmp_path, [page.MEM_PROGRAM, "offload_bench"])  # run_cell runs the whole session
+    (gpu,) = _gpu_copies(res, page.MEM_PROGRAM)
+
+    def scale(d):
+        for direction in page.DIRECTIONS:
+            for r in d["measurements"][direction]["pinned"]:
+                r["GBps"] *= 1.3
+    edit(gpu, scale)
+    out = run_cell(MD, "ch5-06-exp5-link", res, monkeypatch)
+    cpu_body = tab(out, "CPU").split('<details')[0]
+    cpu = json.loads(next((res / page.MEM_PROGRAM).glob("cpu-*.json")).read_text())
+    for direction in page.DIRECTIONS:
+        assert cpu["measurements"][direction]["reason"] in H.unescape(cpu_body)
+    assert "GB/s" not in cpu_body
+    body = tab(out, "GPU")
+    d = json.loads(gpu.read_text())["measurements"]
+    best = {(k, mem): max(r["GBps"] for r in d[k][mem]) for k in page.DIRECTIONS for mem in ("pinned", "pageable")}
+    h2d, d2h = best[("host_to_device", "pinned")], best[("device_to_host", "pinned")]
+    assert f"HtoD {h2d / best[('host_to_device', 'pageable')]:.2f}×" in body
+    assert f"DtoH {d2h / best[('device_to_host', 'pageable')]:.2f}×" in body
+    b = 6 / (4 / (d2h * 1e9) + 2 / (h2d * 1e9))          # bytes/s: 4 down then 2 up per parameter, one link
+    (row,) = [r for r in _rows(body) if r[0] == "측정: pinned"]
+    assert row[1] == f"{b / 1e9:.2f}"
+    tau = float(row[-1].replace(",", ""))
+    t = page.step_times(13e9, tau, page.NODE_N, page.ASSUMED, pcie=b)   # at τ* the GPU time is the offload time
+    assert t["gpu"] == pytest.approx(t["pcie"] + t["cpu"], rel=1e-3)
+    link, cpu_adam = 6 / b, 30 / page.ASSUMED.cpu_bw                   # c_L / B and c_A / BW_cpu, seconds per parameter
+    assert row[3] == f"{link / (link + cpu_adam):.0%}"
+    assert "host↔device 복사가 없습니다" not in body
+
+
+def test_experiment_5_cell_is_fast(tmp_path):
+    from tests.page_cells import results_dir
+
+    res = results_dir(tmp_path, [page.MEM_PROGRAM], gpu=False)
+    runs = [results.read(p) for p in [*sorted((res / page.MEM_PROGRAM).glob("*.json")), *_gpu_copies(res, page.MEM_PROGRAM)]]
+    t0 = time.perf_counter()
+    results.hardware_tabs(runs, page.host_link_tab)
+    assert time.perf_counter() - t0 < cell_budget()

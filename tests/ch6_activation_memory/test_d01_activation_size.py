@@ -140,3 +140,23 @@ def test_cells_fit_the_budget():
         t0 = time.perf_counter()
         f()
         assert time.perf_counter() - t0 < cell_budget()
+
+
+def test_gpu_tab_models_the_stack_with_cuda_widths(tmp_path, monkeypatch):
+    """Experiment 4 per hardware: the last line of each tab compares that file's stack bytes per layer with
+    Theorem 6.1.3 at the device's widths: bf16 noise (δ = 2) and bf16 statistics on CPU, bool masks (δ = 1) and
+    fp32 statistics on CUDA. Both models are recomputed here from the files' params."""
+    from tests.page_cells import results_dir, run_cell, tab
+
+    res = results_dir(tmp_path, ["checkpoint_bench"])
+    html = run_cell("ch6-activation-memory/01-activation-size.md", "ch6-01-exp4-gpt3", res, monkeypatch)
+    gpu_file = results.read(next((res / "checkpoint_bench").glob("gpu-*.json")))
+    p = gpu_file.params
+    s, b, h, a = p["s"], p["b"], p["h"], p["a"]
+    cuda = am.closed_form(s, b, h, a, mask_bytes=1) + 4 * s * b * 4
+    cpu = am.closed_form(s, b, h, a, mask_bytes=2) + 4 * s * b * 2
+    gpu_tab, cpu_tab = tab(html, "GPU"), tab(html, "CPU")
+    assert f"(δ = 1) + LN 통계 = {cuda:,.0f} B" in gpu_tab and f"(δ = 2) + LN 통계 = {cpu:,.0f} B" in cpu_tab
+    assert "torch.cuda.memory_allocated" in gpu_tab and "MemTracker" in cpu_tab
+    none = next(m for m in gpu_file.measurements["modes"] if m["mode"] == "none")
+    assert f"{none['act_after_forward'] / p['layers'] - cuda:+,.0f} B" in gpu_tab

@@ -131,3 +131,58 @@ def test_tiny_preset_runs(run_tiny):
             after, _ = page.segment_memory(p["layers"], A, c, m["segments"])
             assert m["act_after_forward"] == after
         assert m["grads_equal_to_none"] in (None, True)
+
+
+def test_gpu_tabs_use_cuda_widths_and_the_gpu_gemm_peak(tmp_path, monkeypatch):
+    """Experiments 1 and 4 per hardware. Experiment 1's GPU tab models the stack with A at CUDA's widths (δ = 1,
+    fp32 statistics), recomputed here. Experiment 4: with a gemm_bench file on the same GPU, the GPU tab sets the
+    useful TFLOP/s against that file's peak (recomputed here); the CPU tab, which has no such file, does not."""
+    from tests.page_cells import results_dir, run_cell, synthetic_gemm, tab
+
+    md = "ch6-activation-memory/02-gradient-checkpointing.md"
+    res = results_dir(tmp_path, ["checkpoint_bench"])
+    f = next((res / "checkpoint_bench").glob("gpu-*.json"))
+    gpu_file = results.read(f)
+    p = gpu_file.params
+    s, b, h, a, L = p["s"], p["b"], p["h"], p["a"], p["layers"]
+    # Korthikanti et al. eq. 1 with 1-byte masks, sbh(34 + 5as/h), plus 4 fp32 LayerNorm statistics per token
+    A_cuda = s * b * h * (34 + 5 * a * s / h) + 4 * s * b * 4
+    mem = run_cell(md, "ch6-02-exp1-memory", res, monkeypatch)
+    assert f"A = {A_cuda:,.0f} B" in tab(mem, "GPU") and f"A = {A_cuda:,.0f} B" not in tab(mem, "CPU")
+    assert f"{L * A_cuda:,.0f}" in tab(mem, "GPU")  # mode none: L·A
+
+    no_gemm = tab(run_cell(md, "ch6-02-exp4-time", res, monkeypatch), "GPU")
+    assert "gemm_bench` 결과가 없어" in no_gemm or "gemm_bench</code> 결과가 없어" in no_gemm
+    assert "GEMM peak" not in tab(run_cell(md, "ch6-02-exp4-time", res, monkeypatch), "CPU")
+    synthetic_gemm(res, f, peak_tflops=0.5, sweep=[])
+    html = run_cell(md, "ch6-02-exp4-time", res, monkeypatch)
+    none = next(m for m in gpu_file.measurements["modes"] if m["mode"] == "none")
+    useful = none["flops"]["fwd_bwd"] / (none["fwd_bwd_ms_median"] * 1e-3) / 1e12
+    assert f"{useful:.3g} ({useful / 0.5:.0%})" in tab(html, "GPU")
+    assert "GEMM peak 대비" not in tab(html, "CPU") and "bf16 GEMM peak: 0.5 TFLOP/s" in tab(html, "GPU")
+
+
+def test_a_cpu_or_float32_gemm_file_is_never_the_peak(tmp_path, monkeypatch):
+    """scripts/runs.py runs gemm_bench on CPU too, in float32. With such a file beside the CPU checkpoint_bench
+    file, the CPU tab must not divide the bf16 stack's TFLOP/s by it; a GPU gemm_bench file measured in float32
+    must not be used either."""
+    import json
+
+    from tests.page_cells import results_dir, run_cell, synthetic_gemm, tab
+
+    md = "ch6-activation-memory/02-gradient-checkpointing.md"
+    res = results_dir(tmp_path, ["checkpoint_bench"])
+    cpu = next((res / "checkpoint_bench").glob("cpu-*.json"))
+    g = synthetic_gemm(res, cpu, peak_tflops=0.08, sweep=[])
+    d = json.loads(g.read_text())
+    d["params"]["dtype"] = d["measurements"]["peak"]["dtype"] = "float32"
+    g.write_text(json.dumps(d))
+    html = run_cell(md, "ch6-02-exp4-time", res, monkeypatch)
+    assert "GEMM peak" not in tab(html, "CPU") and "%)" not in tab(html, "CPU")
+    gpu = next((res / "checkpoint_bench").glob("gpu-*.json"))
+    g = synthetic_gemm(res, gpu, peak_tflops=0.5, sweep=[])
+    d = json.loads(g.read_text())
+    d["params"]["dtype"] = d["measurements"]["peak"]["dtype"] = "float32"
+    g.write_text(json.dumps(d))
+    body = tab(run_cell(md, "ch6-02-exp4-time", res, monkeypatch), "GPU")
+    assert "bf16 `gemm_bench` 결과가 없어" in body or "bf16 <code>gemm_bench</code> 결과가 없어" in body

@@ -110,3 +110,21 @@ def test_megatron_selective_default_is_core_attention_in_our_block():
     finally:
         gb.checkpoint = saved
     assert called == ["core_attention"]
+
+
+def test_gpu_tab_models_selective_with_cuda_widths(tmp_path, monkeypatch):
+    """Experiment 2 per hardware: in the GPU tab, selective's model is L·(A − (4 + δ)as²b) with δ = 1 and fp32
+    LayerNorm statistics (recomputed here from the GPU file's params); the CPU tab uses δ = 2."""
+    from snippets.common import activation_memory as am
+    from tests.page_cells import results_dir, run_cell, tab
+
+    res = results_dir(tmp_path, ["checkpoint_bench"])
+    p = results.read(next((res / "checkpoint_bench").glob("gpu-*.json"))).params
+    s, b, h, a, L = p["s"], p["b"], p["h"], p["a"], p["layers"]
+    A = am.closed_form(s, b, h, a, mask_bytes=1) + 4 * s * b * 4
+    sel_cuda = L * (A - 5 * a * s * s * b)
+    A2 = am.closed_form(s, b, h, a, mask_bytes=2) + 4 * s * b * 2
+    sel_cpu = L * (A2 - 6 * a * s * s * b)
+    html = run_cell("ch6-activation-memory/03-selective-recompute.md", "ch6-03-exp2-memory", res, monkeypatch)
+    assert f"{sel_cuda:,.0f}" in tab(html, "GPU") and f"{sel_cpu:,.0f}" in tab(html, "CPU")
+    assert f"{sel_cuda:,.0f}" not in tab(html, "CPU")

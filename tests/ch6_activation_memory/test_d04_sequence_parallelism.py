@@ -118,3 +118,23 @@ def test_tiny_preset_runs_and_explains_bytes(run_tiny):
     for row in page.memory_rows(r):
         assert set(row["measured"]) == {row["explained"]}
     assert page.comm_rows(r)[0]["counts"] == {"all_reduce": 2}
+
+
+def test_gpu_tab_shows_the_allocator_bytes_and_cuda_mask_width(tmp_path, monkeypatch):
+    """Experiment 1 per hardware: the GPU tab shows cuda_allocated_after_forward (written only on CUDA) and explains the
+    saved bytes with 1-byte masks (its '+ mask' column is 0) and fp32 statistics; the CPU tab shows '—' there."""
+    from tests.page_cells import edit, results_dir, run_cell, tab
+
+    res = results_dir(tmp_path, ["sp_activation_bench"])
+    f = res / "sp_activation_bench" / "gpu-nccl-1x2-nvidia-h200.json"
+    edit(f, lambda d: d["measurements"]["tp"][0].update(cuda_allocated_after_forward=123_456_789))
+    r = results.read(f)
+    html = run_cell("ch6-activation-memory/04-sequence-parallelism.md", "ch6-04-exp1-memory", res, monkeypatch)
+    gpu, cpu = tab(html, "GPU"), tab(html, "CPU")
+    assert "123,456,789" in gpu and "123,456,789" not in cpu
+    p = r.params
+    s, b, h, a, t = p["s"], p["b"], p["h"], p["a"], p["t"]
+    stats = 2 * 2 * s * b * 4  # tp: replicated LayerNorms, fp32 mean and rstd on CUDA
+    explained = am.layer_bytes(s, b, h, a, t=t, mask_bytes=1) + stats
+    assert f"{explained:,.0f}" in gpu and f"{explained:,.0f}" not in cpu
+    assert f">+{stats:,}</td>" in gpu and ">+0</td>" in gpu  # LN statistics at fp32; no extra mask bytes

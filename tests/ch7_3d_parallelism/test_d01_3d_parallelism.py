@@ -146,3 +146,67 @@ def test_tp_over_dp_magnitudes_in_prose():
     v_tp = 8 * (t - 1) / t * b * s * h * 2 * L / p * m
     v_dp = 2 * (d - 1) / d * 2 * 12 * L * h * h / (t * p)
     assert v_tp / v_dp == pytest.approx(page.tp_over_dp(t, d, d * m * b * s, h))
+
+
+def test_gemm_cell_says_assumption_without_a_file_and_reads_the_sweep_with_one(tmp_path, monkeypatch):
+    """Where the page states the planner's MFU: with no gemm_bench file the cell says the MFU is an assumption;
+    with one, each hardware's tab shows sweep TFLOP/s ÷ that file's peak, recomputed here for h = 8192, t = 8."""
+    from tests.page_cells import results_dir, run_cell, synthetic_gemm, tab
+
+    md = "ch7-3d-parallelism/01-3d-parallelism.md"
+    res = results_dir(tmp_path, ["mesh_3d"])
+    bare = run_cell(md, "ch7-01-exp1-gemm", res, monkeypatch)
+    assert "<strong>가정</strong>" in bare and f"MFU {C.mfu:.0%}" in bare and "hardware-tabs" not in bare
+    sweep = [{"family": f, "h": h, "t": t, "tokens": 8192, "m": 8192, "n": 4 * h // t, "k": h, "dtype": "bfloat16",
+              "time_us_median": 1.0, "tflops": 700.0 / (1 + 0.1 * t) + (13 if f == "qkv" else 0)}
+             for h in (4096, 8192) for f in ("mlp_up", "mlp_down", "qkv", "attn_out") for t in (1, 2, 4, 8)]
+    sweep += [{"family": "square", "h": h, "t": 1, "tokens": h, "m": h, "n": h, "k": h, "dtype": "bfloat16",
+               "time_us_median": 1.0, "tflops": 650.0} for h in (4096, 8192)]
+    like = next((res / "mesh_3d").glob("gpu-*.json"))
+    synthetic_gemm(res, like, peak_tflops=800.0, sweep=sweep)
+    gpu = tab(run_cell(md, "ch7-01-exp1-gemm", res, monkeypatch), "GPU")
+    qkv = next(g for g in sweep if (g["family"], g["h"], g["t"]) == ("qkv", 8192, 8))
+    assert f"qkv {qkv['tflops'] / 800.0:.0%}" in gpu and "(실험 1 의 배치)" in gpu
+    shard = [g["tflops"] for g in sweep if g["family"] != "square" and g["t"] > 1]
+    assert f"{min(shard) * 1e12 / C.flops:.0%}–{max(shard) * 1e12 / C.flops:.0%}" in gpu
+    assert f"planner 가 가정한 MFU: {C.mfu:.0%}" in gpu
+
+
+def test_a_cpu_float32_gemm_file_is_not_set_against_the_planner(tmp_path, monkeypatch):
+    """scripts/runs.py runs gemm_bench on CPU in float32: that tab shows efficiency against its own peak (.3g, not
+    "0 TFLOP/s"), never the planner's bf16 F or its MFU; the GPU bf16 file beside it still is compared."""
+    import json
+
+    from tests.page_cells import results_dir, run_cell, synthetic_gemm, tab
+
+    md = "ch7-3d-parallelism/01-3d-parallelism.md"
+    res = results_dir(tmp_path, ["mesh_3d"])
+    sweep = [{"family": f, "h": h, "t": t, "tokens": 512, "m": 512, "n": 4 * h // t, "k": h, "dtype": "float32",
+              "time_us_median": 1.0, "tflops": 0.05} for h in (256, 8192) for f in ("mlp_up", "qkv") for t in (1, 8)]
+    cpu = synthetic_gemm(res, next((res / "mesh_3d").glob("cpu-*.json")), peak_tflops=0.08, sweep=sweep)
+    d = json.loads(cpu.read_text())
+    d["params"]["dtype"] = d["measurements"]["peak"]["dtype"] = "float32"
+    cpu.write_text(json.dumps(d))
+    synthetic_gemm(res, next((res / "mesh_3d").glob("gpu-*.json")), peak_tflops=800.0,
+                   sweep=[{**g, "dtype": "bfloat16", "tflops": 600.0} for g in sweep])
+    html = run_cell(md, "ch7-01-exp1-gemm", res, monkeypatch)
+    body = tab(html, "CPU")
+    assert "peak: 0.08 TFLOP/s (float32" in body and f"{0.05 / 0.08:.0%}" in body
+    assert "planner 의 F" not in body.replace("planner 의 F 와 MFU", "") and "planner 가 가정한 MFU" not in body
+    assert "비교하지 않습니다" in body
+    gpu = tab(html, "GPU")
+    assert f"planner 가 가정한 MFU: {C.mfu:.0%}" in gpu and f"{600e12 / C.flops:.0%}" in gpu
+
+
+def test_gpu_tab_of_the_mesh_run_reads_the_gpu_file(tmp_path, monkeypatch):
+    """Experiments 3–4 per hardware: the GPU tab's measured counts and bytes are the GPU file's. One rank's
+    local bytes in the fixture are changed; only the GPU tab shows the changed value."""
+    from tests.page_cells import edit, results_dir, run_cell, tab
+
+    res = results_dir(tmp_path, ["mesh_3d"])
+    f = next((res / "mesh_3d").glob("gpu-*.json"))
+    edit(f, lambda d: d["measurements"]["ranks"][1].update(local_param_bytes=d["measurements"]["ranks"][1]["local_param_bytes"] + 4))
+    want = results.read(f).measurements["ranks"][1]["local_param_bytes"]
+    html = run_cell("ch7-3d-parallelism/01-3d-parallelism.md", "ch7-01-exp4-bytes", res, monkeypatch)
+    assert f"{want:,}" in tab(html, "GPU") and f"{want:,}" not in tab(html, "CPU")
+    assert "t = 16 의 가장 빠른 배치" in html  # the planner line stays outside the tabs

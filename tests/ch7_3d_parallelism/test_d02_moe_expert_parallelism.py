@@ -126,3 +126,21 @@ def test_capacity_sweep(r):
             if x["cf"] < x["imbalance"] * (1 - 1e-9) and W * x["C"] < max(s["asked"]):
                 assert x["dropped"] > 0
         assert drops[-1] == 0  # the largest φ in the sweep keeps everything
+
+
+def test_gpu_tab_of_the_splits_reads_the_gpu_file(tmp_path, monkeypatch):
+    """Experiments 2–3 per hardware: each tab's numbers come from that hardware's files. One split in the N = 2
+    GPU fixture is changed; the leaving bytes the GPU tab prints are recomputed here from that file."""
+    from tests.page_cells import edit, results_dir, run_cell, tab
+
+    md = "ch7-3d-parallelism/02-moe-expert-parallelism.md"
+    res = results_dir(tmp_path, ["moe_ep"])
+    f = res / "moe_ep" / "gpu-nccl-1x2-nvidia-h200.json"
+    edit(f, lambda d: d["measurements"]["ranks"][0]["diff"].update(output=3.25e-3))
+    agree = run_cell(md, "ch7-02-exp2-agree", res, monkeypatch)
+    assert "3.2e-03" in tab(agree, "GPU") and "3.2e-03" not in tab(agree, "CPU")
+    gpu_file = results.read(f)
+    rows = page.traffic_rows(gpu_file)
+    html = run_cell(md, "ch7-02-exp3-bytes", res, monkeypatch)
+    assert all(f"{x['leaving']:,}" in tab(html, "GPU") for x in rows)
+    assert "**N = 2**" not in tab(html, "GPU") and "<strong>N = 2</strong>" in tab(html, "GPU")

@@ -76,3 +76,28 @@ def test_stall_formula_exercise():
     per_rank = page.mixed_precision_checkpoint(70e9, 64)
     assert per_rank == pytest.approx(12 * 70e9 / 64)
     assert page.stall(per_rank, 2e9, 25e9, False) / page.stall(per_rank, 2e9, 25e9, True) == pytest.approx(12.5)
+
+
+def test_gpu_tab_of_async_save_reads_the_gpu_file(tmp_path, monkeypatch):
+    """Experiments 1 and 3 per hardware: the GPU tab's shard bytes and async-save stall are that file's, and it
+    counts GPUs, not CPU processes. The fixture's blocked time is halved first; the ratio is recomputed here."""
+    from tests.page_cells import edit, results_dir, run_cell, tab
+
+    md = "ch7-3d-parallelism/03-checkpointing-resume.md"
+    res = results_dir(tmp_path, ["dcp_bench"])
+    f = next((res / "dcp_bench").glob("gpu-*.json"))
+    t_cpu = page.timing_summary(results.load("dcp_bench", kind="cpu")[0])
+
+    def half(d):
+        timing = d["measurements"]["timing"]
+        for k, v in timing.items():
+            if "block" in k and isinstance(v, list):
+                timing[k] = [x / 2 for x in v]
+            elif "block" in k and isinstance(v, (int, float)):
+                timing[k] = v / 2
+    edit(f, half)
+    t = page.timing_summary(results.read(f))
+    assert t["blocked"] == pytest.approx(t_cpu["blocked"] / 2)
+    html = run_cell(md, "ch7-03-exp3-async", res, monkeypatch)
+    gpu = tab(html, "GPU")
+    assert f"{t['blocked'] / t['sync']:.2f}" in gpu and "GPU 2 개" in gpu and "CPU process 2 개" in tab(html, "CPU")

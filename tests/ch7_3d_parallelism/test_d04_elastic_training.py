@@ -66,3 +66,17 @@ def test_sharded_delta_keeps_waste_constant():
     assert w[0] == pytest.approx(w[1]) == pytest.approx(w[2])
     fixed = [math.sqrt(2 * 60 / (M1 / n)) for n in (256, 1024)]
     assert fixed[1] / fixed[0] == pytest.approx(2)
+
+
+def test_gpu_tab_of_the_trajectory_reads_the_gpu_file(tmp_path, monkeypatch):
+    """Experiments 1–2 per hardware: the GPU tab names its backend and GPUs and reads its own file's resumed step."""
+    from tests.page_cells import edit, results_dir, run_cell, tab
+
+    md = "ch7-3d-parallelism/04-elastic-training.md"
+    res = results_dir(tmp_path, ["elastic_resume"])
+    f = next((res / "elastic_resume").glob("gpu-*.json"))
+    edit(f, lambda d: d["measurements"].update(resumed_from_step=99))
+    traj = run_cell(md, "ch7-04-exp1-traj", res, monkeypatch)
+    assert "GPUs, nccl" in tab(traj, "GPU") and "processes, gloo" in tab(traj, "CPU")
+    lost = run_cell(md, "ch7-04-exp2-lost", res, monkeypatch)
+    assert "(측정 99)" in tab(lost, "GPU") and "(측정 99)" not in tab(lost, "CPU")

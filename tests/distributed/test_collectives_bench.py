@@ -14,6 +14,9 @@ def test_collectives_bench_tiny(run_tiny):
     ops = {m["op"] for m in data["measurements"]}
     assert ops == {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all"}
     assert all(m["wrong"] == 0 for m in data["measurements"])
+    for m in data["measurements"]:  # nccl-tests' method: spans of back-to-back calls, time per call = span / calls
+        assert m["method"] == "back-to-back" and m["iters"] == m["spans"] * m["calls_per_span"]
+    assert data["params"]["method"] == "back-to-back" and "back-to-back" in data["params"]["timing"]
     for m in data["measurements"]:  # nccl-tests definitions
         factor = {"all_reduce": 1.0, "broadcast": 1.0}.get(m["op"], 0.5)  # N = 2
         assert m["busbw_GBps"] == pytest.approx(m["algbw_GBps"] * factor)
