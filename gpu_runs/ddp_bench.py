@@ -321,7 +321,9 @@ def profile_summary(cfg: dict, env: harness.Env, cap, steps: int) -> dict:
                      "device_total_us": float(getattr(e, "device_time_total", 0.0))})
     keep = [r for r in rows if any(s in r["name"].lower() for s in ("all_reduce", "allreduce", "gloo", "nccl"))]
     top = sorted(rows, key=lambda r: -r["cpu_total_us"])[:12]
-    return {"bucket_cap_mb": cap, "steps": steps, "comm_events": keep, "top": top}
+    # the Reducer's own ops (copy into the bucket with the 1/N scaling, copy back), whatever their rank in `top`
+    reducer = [r for r in rows if "reducer" in r["name"]]
+    return {"bucket_cap_mb": cap, "steps": steps, "comm_events": keep, "top": top, "reducer_events": reducer}
 
 
 # ---------------------------------------------------------------- Ch2-03: timing
