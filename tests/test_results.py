@@ -285,7 +285,9 @@ def test_stale_gpu_result_goes_to_a_logger_strict_mode_does_not_count(tmp_path, 
     cpu_d = json.loads(sorted((results.RESULTS / "zero_bench").glob("cpu-*.json"))[0].read_text())
     cpu_d["inputs"]["gpu_runs/harness.py"] = "0" * 64
     cpu = results.Result(tmp_path / "cpu.json", cpu_d)
-    logging.getLogger("book.results").propagate = True  # let caplog see it
+    lg = results._gpu_log()  # created (with its own handler, not propagating) before we let caplog see it
+    lg.propagate, lg.disabled = True, False  # let caplog see it (an in-process mkdocs run may disable loggers)
+    logging.getLogger("mkdocs.plugins.book.results").disabled = False
     try:
         with caplog.at_level(logging.INFO):
             gbox = results.provenance_box(gpu)
