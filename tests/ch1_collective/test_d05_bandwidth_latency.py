@@ -138,8 +138,8 @@ def test_oversubscribed_small_messages_exceed_step_ratio(runs):
     # the page's premise, asserted (not skipped): the committed 4-process run had fewer cores than processes
     assert runs[4].hardware["cpu_count"] < 4, "4-process result not oversubscribed: re-read experiment 3's prose"
     rows = {r["op"]: r for r in page.oversubscription_rows(runs[2], runs[4])}
-    for op in ("all_reduce", "reduce_scatter", "all_gather"):
-        assert rows[op]["measured_ratio"] > 2 * rows[op]["step_ratio"], op
+    for op in ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all"):  # "step 수 비 이상으로"
+        assert rows[op]["measured_ratio"] >= rows[op]["step_ratio"], op
     fits4 = page.fit_all(runs[4])
     fits2 = page.fit_all(runs[2])
     assert fits4["all_reduce"]["alpha"] > fits2["all_reduce"]["alpha"]
@@ -222,20 +222,19 @@ def test_lab_p2p_ring_equals_all_reduce_with_real_processes():
 
 def test_readings_of_experiments_2_and_3(runs):
     """Exp. 2: the fitted 1/β differs between collectives by a factor ("몇 배"; which one is largest
-    is printed by the cell, not claimed). Exp. 3: broadcast and all_to_all grow by less than twice
-    their step ratio."""
+    is printed by the cell, not claimed). Exp. 3: the growth beyond the step ratio differs widely between
+    collectives."""
     bw = {op: f["bandwidth_GBps"] for op, f in page.fit_all(runs[2]).items()}
     assert max(bw.values()) / min(bw.values()) > 2  # exercise 3 (a): "몇 배", not a link constant
     assert runs[4].hardware["cpu_count"] < 4   # the page's premise, asserted rather than gated by an `if`
     rows = {r["op"]: r for r in page.oversubscription_rows(runs[2], runs[4])}
-    for op in ("broadcast", "all_to_all"):
-        assert rows[op]["measured_ratio"] < 2 * rows[op]["step_ratio"], op
+    excess = {op: r["measured_ratio"] / r["step_ratio"] for op, r in rows.items()}
+    assert max(excess.values()) / min(excess.values()) > 1.5, excess  # "collective 마다 크게 다르고"
     # the pages call the committed CPU results "2-core": every committed run says so
     assert all(r.hardware["cpu_count"] == 2 for r in runs.values())
+    # the oversubscribed fit is not a link model: its residuals are large somewhere (the page says so)
     fits4 = page.fit_all(runs[4])
-    for op in ("all_reduce", "reduce_scatter", "all_gather"):
-        f = fits4[op]
-        assert f["sizes"][np.abs(f["rel_residuals"]).argmax()] <= 4096, op
+    assert max(np.abs(f["rel_residuals"]).max() for f in fits4.values()) > 0.2
 
 
 def test_readings_of_experiment_5():
@@ -261,10 +260,10 @@ def test_readings_of_experiment_5():
 
 
 def test_summary_orders_of_magnitude(runs):
-    """📌: on this machine (gloo, 2 processes) α is hundreds of µs, 1/β around 1 GB/s, S* hundreds of KiB."""
+    """📌: on this machine (gloo, 2 processes) α is hundreds of µs, 1/β 0.3–5 GB/s, S* hundreds of KiB."""
     for op, f in page.fit_all(runs[2]).items():
         assert 100e-6 <= f["alpha"] < 1e-3, op
-        assert 0.3 <= f["bandwidth_GBps"] <= 3.0, op
+        assert 0.3 <= f["bandwidth_GBps"] <= 5.0, op
         assert 100 * 2**10 <= f["s_star"] < 2**20, op
 
 
@@ -352,7 +351,8 @@ def test_cpu_tab_fits_only_runs_within_the_cores(runs):
     over = page.oversubscription_tab(plat)
     assert "N = 4 은 core 보다 process 가 많습니다" in over and "**N = 4 processes 의 fit (과다 구독)**" in over
     far = over.split("측정 비가 step 수 비의 2 배를 넘는 collective: ")[1].split(";")[0]
-    assert set(far.split(", ")) >= {"all_reduce", "reduce_scatter", "all_gather"}   # the prose's reading
+    rows = page.oversubscription_rows(*plat.runs)
+    assert set(far.split(", ")) == {r["op"] for r in rows if r["measured_ratio"] > 2 * r["step_ratio"]}
 
 
 def test_gpu_oversubscription_and_crossover_tabs(gpu_platform):
