@@ -78,7 +78,9 @@ class FakeCuda:
 
         # the harness the programs import now: another test may have dropped and re-imported the
         # repository's modules (scripts/hooks.py does on import), so it can differ from this file's
-        for h in {id(m): m for m in (harness, sys.modules.get("gpu_runs.harness")) if m}.values():
+        seen = [harness, sys.modules.get("gpu_runs.harness")] + [
+            getattr(m, "harness", None) for name, m in list(sys.modules.items()) if name.startswith("gpu_runs.")]
+        for h in {id(m): m for m in seen if m is not None and hasattr(m, "on_cuda")}.values():
             monkeypatch.setattr(h, "on_cuda", lambda x: True)
         monkeypatch.setattr(torch.cuda, "Event", self.Event)
         monkeypatch.setattr(torch.cuda, "synchronize", self.synchronize)
