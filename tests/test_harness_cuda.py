@@ -156,7 +156,11 @@ def test_time_loop_is_back_to_back(fake_cuda, world1):
 
 
 def test_collectives_bench_spans_are_back_to_back(fake_cuda, world1):
-    from gpu_runs import collectives_bench as cb
+    import importlib
+
+    # re-executed, so that its `harness` is the module the fake patched (another test may have dropped and
+    # re-imported the repository's modules: scripts/hooks.py does on import)
+    cb = importlib.reload(importlib.import_module("gpu_runs.collectives_bench"))
 
     cfg = {**cb.PRESETS["tiny"], "warmup": 1, "spans": 3}
     inp, out, exp, _ = cb.buffers("all_reduce", 256, 1, 0, world1.device)
