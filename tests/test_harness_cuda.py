@@ -78,7 +78,11 @@ class FakeCuda:
 
         # the harness the programs import now: another test may have dropped and re-imported the
         # repository's modules (scripts/hooks.py does on import), so it can differ from this file's
-        seen = [harness, sys.modules.get("gpu_runs.harness")] + [
+        import importlib
+
+        # book_cache.forget_repo_modules (run by cache tests) may have dropped gpu_runs from sys.modules: load
+        # the harness now, so that the programs a test imports next get this, patched, module
+        seen = [harness, importlib.import_module("gpu_runs.harness")] + [
             getattr(m, "harness", None) for name, m in list(sys.modules.items()) if name.startswith("gpu_runs.")]
         for h in {id(m): m for m in seen if m is not None and hasattr(m, "on_cuda")}.values():
             monkeypatch.setattr(h, "on_cuda", lambda x: True)
