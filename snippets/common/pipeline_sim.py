@@ -47,52 +47,86 @@ def _mb_chunk(k: int, p: int, v: int, backward: bool) -> tuple[int, int]:
     return (k // (p * v)) * p + k % p, chunk
 
 
+# --8<-- [start:order-gpipe]
+def order_gpipe(r: int, p: int, m: int) -> list[tuple[str, int, int]]:
+    """GPipe: all m forwards, then all m backwards (same order on every rank)."""
+    return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
+# --8<-- [end:order-gpipe]
+
+
+# --8<-- [start:order-1f1b]
+def order_1f1b(r: int, p: int, m: int) -> list[tuple[str, int, int]]:
+    """PipeDream-Flush (1F1B): p−1−r warm-up forwards, then one F one B, then the cool-down Bs."""
+    w = min(p - 1 - r, m)
+    out = [("F", i, 0) for i in range(w)]
+    for i in range(m - w):
+        out += [("F", w + i, 0), ("B", i, 0)]
+    return out + [("B", i, 0) for i in range(m - w, m)]
+# --8<-- [end:order-1f1b]
+
+
+# --8<-- [start:order-interleaved]
+def order_interleaved(r: int, p: int, m: int, v: int) -> list[tuple[str, int, int]]:
+    """Megatron-LM interleaved 1F1B: virtual steps over v chunks, in groups of p micro-batches."""
+    if m % p:
+        raise ValueError("interleaved 1F1B (Megatron order) needs m to be a multiple of p")
+    total = m * v
+    w = min(2 * (p - 1 - r) + (v - 1) * p, total)  # warm-up forwards
+    out = [("F", *_mb_chunk(k, p, v, False)) for k in range(w)]
+    for k in range(total - w):
+        out += [("F", *_mb_chunk(w + k, p, v, False)), ("B", *_mb_chunk(k, p, v, True))]
+    return out + [("B", *_mb_chunk(k, p, v, True)) for k in range(total - w, total)]
+# --8<-- [end:order-interleaved]
+
+
+# --8<-- [start:order-looped-bfs]
+def order_looped_bfs(r: int, p: int, m: int, v: int) -> list[tuple[str, int, int]]:
+    """Breadth first: every micro-batch through chunk c before chunk c+1; backward in reverse."""
+    out = [("F", i, c) for c in range(v) for i in range(m)]
+    return out + [("B", i, c) for c in reversed(range(v)) for i in reversed(range(m))]
+# --8<-- [end:order-looped-bfs]
+
+
+# --8<-- [start:order-zb-h1]
+def order_zb_h1(r: int, p: int, m: int) -> list[tuple[str, int, int]]:
+    """ZB-H1: 1F1B with the backward split into B (input grad) and W (weight grad);
+    rank r defers its first r weight passes into the cool-down's idle slots."""
+    w = min(p - 1 - r, m)
+    out, pending_w = [("F", i, 0) for i in range(w)], []
+    for i in range(m):
+        if i < m - w:
+            out.append(("F", w + i, 0))
+        out.append(("B", i, 0))
+        pending_w.append(i)
+        if i >= r:
+            out.append(("W", pending_w.pop(0), 0))
+    return out + [("W", i, 0) for i in pending_w]
+# --8<-- [end:order-zb-h1]
+
+
 def rank_order(schedule: str, rank: int, p: int, m: int, v: int = 1) -> list[tuple[str, int, int]]:
     """The ordered actions (op, micro-batch, chunk) that rank `rank` executes in one step."""
     r = rank
     if schedule == "naive":  # the whole batch as one micro-batch, one stage per rank
         return [("F", 0, 0), ("B", 0, 0)]
-    if schedule == "gpipe":  # all forwards, then all backwards
-        return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
-    if schedule == "1f1b":  # PipeDream-Flush: p−1−r warm-up forwards, then one F one B
-        w = min(p - 1 - r, m)
-        out = [("F", i, 0) for i in range(w)]
-        for i in range(m - w):
-            out += [("F", w + i, 0), ("B", i, 0)]
-        return out + [("B", i, 0) for i in range(m - w, m)]
-    if schedule == "interleaved":  # Megatron-LM interleaved 1F1B (needs m % p == 0)
-        if m % p:
-            raise ValueError("interleaved 1F1B (Megatron order) needs m to be a multiple of p")
-        total = m * v
-        w = min(2 * (p - 1 - r) + (v - 1) * p, total)
-        out = [("F", *_mb_chunk(k, p, v, False), ) for k in range(w)]
-        for k in range(total - w):
-            out += [("F", *_mb_chunk(w + k, p, v, False)), ("B", *_mb_chunk(k, p, v, True))]
-        return out + [("B", *_mb_chunk(k, p, v, True)) for k in range(total - w, total)]
-    if schedule == "looped_bfs":  # breadth first: every micro-batch through chunk c before chunk c+1
-        out = [("F", i, c) for c in range(v) for i in range(m)]
-        return out + [("B", i, c) for c in reversed(range(v)) for i in reversed(range(m))]
-    if schedule == "zb_h1":  # 1F1B with B/W split; rank r defers its first r weight passes
-        w = min(p - 1 - r, m)
-        out, pending_w = [("F", i, 0) for i in range(w)], []
-        for i in range(m - w):
-            out += [("F", w + i, 0), ("B", i, 0)]
-            pending_w.append(i)
-            if i >= r:
-                out.append(("W", pending_w.pop(0), 0))
-        for i in range(m - w, m):
-            out.append(("B", i, 0))
-            pending_w.append(i)
-            if i >= r:
-                out.append(("W", pending_w.pop(0), 0))
-        return out + [("W", i, 0) for i in pending_w]
-    if schedule == "zbv":  # ZB-V (Qi et al. 2024 §6): two chunks per rank in V order
+    if schedule == "gpipe":
+        return order_gpipe(r, p, m)
+    if schedule == "1f1b":
+        return order_1f1b(r, p, m)
+    if schedule == "interleaved":
+        return order_interleaved(r, p, m, v)
+    if schedule == "looped_bfs":
+        return order_looped_bfs(r, p, m, v)
+    if schedule == "zb_h1":
+        return order_zb_h1(r, p, m)
+    if schedule == "zbv":  # ZB-V (Qi et al. 2024, arXiv v2 §6): two chunks per rank in V order
         return _zbv_order(r, p, m)
     if schedule == "chimera":  # two 1F1B pipelines in opposite directions, merged greedily
         return chimera_orders(p, m)[r]
     raise ValueError(f"unknown schedule {schedule!r}; one of {SCHEDULES}")
 
 
+# --8<-- [start:order-zbv]
 def _zbv_order(r: int, p: int, m: int) -> list[tuple[str, int, int]]:
     n = max(m, 2 * p - 1)  # the V needs at least 2p − 1 micro-batches to fill; extra ones are dropped
     out: list[tuple[str, int, int]] = []
@@ -129,6 +163,7 @@ def _zbv_order(r: int, p: int, m: int) -> list[tuple[str, int, int]]:
     out += [("W", i, 1) for i in range(w1, cnt["B1"])]
     out += [("W", i, 0) for i in range(w0, cnt["B0"])]
     return [a for a in out if a[1] < m]
+# --8<-- [end:order-zbv]
 
 
 _CHIMERA: dict = {}
