@@ -32,7 +32,6 @@ import itertools
 import math
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -81,49 +80,6 @@ def tflops(m: int, n: int, k: int, seconds: float) -> float:
 # --8<-- [end:shapes]
 
 
-class Clock:
-    """Intervals on the device's own timeline: CUDA events (recorded, read after one synchronize) on a
-    GPU, time.perf_counter on CPU (where every op has finished when it returns)."""
-
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-        self.device = device
-
-    def mark(self):
-        if self.cuda:
-            e = torch.cuda.Event(enable_timing=True)
-            e.record()
-            return e
-        return time.perf_counter()
-
-    def resolve(self) -> None:
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
-
-    def ms(self, a, b) -> float:
-        return a.elapsed_time(b) if self.cuda else (b - a) * 1e3
-
-
-def span_times_ms(fn, clock: Clock, warmup: int, spans: int, span_ms: float, max_iters: int):
-    """Per-call times (ms) of `spans` spans of back-to-back calls, and the calls per span."""
-    for _ in range(warmup):
-        fn()
-    a = clock.mark()
-    fn()
-    b = clock.mark()
-    clock.resolve()
-    one = max(clock.ms(a, b), 1e-6)
-    iters = max(1, min(max_iters, math.ceil(span_ms / one)))
-    marks = []
-    for _ in range(spans):
-        a = clock.mark()
-        for _ in range(iters):
-            fn()
-        marks.append((a, clock.mark()))
-    clock.resolve()  # one synchronize, after every span was enqueued
-    return [clock.ms(a, b) / iters for a, b in marks], iters
-
-
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     """‖out − ref‖ / ‖ref‖ in ref's precision, on ref's device (a NaN or inf in out: inf)."""
     out = out.to(ref.device, ref.dtype)
@@ -161,7 +117,7 @@ def measure_shape(m, n, k, cfg, clock, device, dtype, gen: torch.Generator) -> t
 
     for _ in range(nsets):  # every input set written once before timing, however few calls the spans make
         call()
-    per_call, iters = span_times_ms(call, clock, cfg["warmup"], cfg["spans"], cfg["span_ms"], cfg["max_iters"])
+    per_call, iters, _ = harness.span_times_ms(call, clock, cfg["warmup"], cfg["spans"], cfg["span_ms"], cfg["max_iters"])
     a, b, c = sets[0]
     # float64 of the same (rounded) operands, on the device: no TF32 or reduced-precision path applies
     ref = a.double() @ b.double()
@@ -183,7 +139,7 @@ def row(family, h, t, m, n, k, dtype, seconds) -> dict:
 def measure(env, cfg, args):
     device = env.device
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    clock = Clock(device)
+    clock = harness.Clock(device)
     cpu_gen = torch.Generator().manual_seed(1234 + env.rank)
     gen = torch.Generator(device=device).manual_seed(4321 + env.rank)
     small = [check_small(f, cfg, device, dtype, cpu_gen) for f in (*FAMILIES, "square")]

@@ -14,6 +14,7 @@ import contextlib
 import datetime as _dt
 import hashlib
 import json
+import math
 import os
 import platform
 import re
@@ -267,6 +268,36 @@ def time_call(env, fn, *, barrier: bool = True) -> float:
     clock.start(barrier=barrier)
     fn()
     return clock.since_start(clock.mark())
+
+
+def span_times_ms(fn, clock: Clock, warmup: int, spans: int, span_ms: float, max_iters: int,
+                  wall: bool = False) -> tuple[list[float], int, list[float]]:
+    """Per-call times (ms) of `spans` spans of back-to-back calls, the calls per span, and (wall=True)
+    each span's host wall-clock time per call. The calls per span are chosen from one probe call so
+    that a span lasts about `span_ms`. The calls of a span are enqueued back to back and read after one
+    resolve() at the end; with wall=True every span is fenced (resolve before and after), since the
+    host's clock can only time a finished span."""
+    for _ in range(warmup):
+        fn()
+    a = clock.mark()
+    fn()
+    b = clock.mark()
+    clock.resolve()
+    iters = max(1, min(max_iters, math.ceil(span_ms / max(clock.ms(a, b), 1e-6))))
+    marks, walls = [], []
+    for _ in range(spans):
+        if wall:
+            clock.resolve()
+            t0 = time.perf_counter()
+        a = clock.mark()
+        for _ in range(iters):
+            fn()
+        marks.append((a, clock.mark()))
+        if wall:
+            clock.resolve()
+            walls.append((time.perf_counter() - t0) * 1e3 / iters)
+    clock.resolve()  # one synchronize, after every span was enqueued
+    return [clock.ms(a, b) / iters for a, b in marks], iters, walls
 
 
 def time_loop(env, fn, calls: int, *, barrier: bool = True) -> float:

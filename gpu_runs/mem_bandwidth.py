@@ -27,10 +27,8 @@ as not applicable, with the reason, and no numbers.
 """
 from __future__ import annotations
 
-import math
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -55,61 +53,20 @@ NOT_APPLICABLE = ("no CUDA device: host and 'device' memory are the same DRAM, s
                   "copy to measure (no numbers recorded; device_to_device is the DRAM memcpy)")
 
 
-class Clock:
-    """CUDA events on a GPU (read after one synchronize), time.perf_counter on CPU."""
-
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-        self.device = device
-
-    def mark(self):
-        if self.cuda:
-            e = torch.cuda.Event(enable_timing=True)
-            e.record()
-            return e
-        return time.perf_counter()
-
-    def resolve(self) -> None:
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
-
-    def ms(self, a, b) -> float:
-        return a.elapsed_time(b) if self.cuda else (b - a) * 1e3
-
-
 def random_bytes(n: int, device) -> torch.Tensor:
     """n random bytes on `device` (generated on the device; a CPU generator for CPU)."""
     g = torch.Generator(device=device).manual_seed(n % 1000003)
     return torch.randint(0, 256, (n,), dtype=torch.uint8, device=device, generator=g)
 
 
-def timed_copies(dst: torch.Tensor, src: torch.Tensor, cfg, clock: Clock, non_blocking: bool,
+def timed_copies(dst: torch.Tensor, src: torch.Tensor, cfg, clock: harness.Clock, non_blocking: bool,
                  wall: bool) -> dict:
     """Per-copy median time of dst.copy_(src), back to back, as `spans` spans (and the host wall clock)."""
     def copy():
         dst.copy_(src, non_blocking=non_blocking)
 
-    for _ in range(cfg["warmup"]):
-        copy()
-    a = clock.mark()
-    copy()
-    b = clock.mark()
-    clock.resolve()
-    iters = max(1, min(cfg["max_iters"], math.ceil(cfg["span_ms"] / max(clock.ms(a, b), 1e-6))))
-    marks, walls = [], []
-    for _ in range(cfg["spans"]):
-        if wall:
-            clock.resolve()
-            t0 = time.perf_counter()
-        a = clock.mark()
-        for _ in range(iters):
-            copy()
-        marks.append((a, clock.mark()))
-        if wall:  # host wall clock of this span: needs the span finished, so a synchronize per span
-            clock.resolve()
-            walls.append((time.perf_counter() - t0) * 1e3 / iters)
-    clock.resolve()
-    per = [clock.ms(a, b) / iters for a, b in marks]
+    per, iters, walls = harness.span_times_ms(copy, clock, cfg["warmup"], cfg["spans"], cfg["span_ms"],
+                                              cfg["max_iters"], wall=wall)
     n = src.numel() * src.element_size()
     t = statistics.median(per) / 1e3
     out = {"bytes": n, "iters_per_span": iters, "time_us_median": t * 1e6, "GBps": n / t / 1e9}
@@ -166,7 +123,7 @@ def host_device(cfg, device, clock, direction: str) -> tuple[dict, list[dict]]:
 
 def measure(env, cfg, args):
     device = env.device
-    clock = Clock(device)
+    clock = harness.Clock(device)
     d2d, checks = device_to_device(cfg, device, clock)
     h2d, c1 = host_device(cfg, device, clock, "host_to_device")
     d2h, c2 = host_device(cfg, device, clock, "device_to_host")

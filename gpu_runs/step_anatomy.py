@@ -38,10 +38,8 @@ events read after one synchronize per step.
 """
 from __future__ import annotations
 
-import math
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -61,29 +59,6 @@ PRESETS = {
             "span_ms": 20.0},
 }
 TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2}  # ‖split − BW‖ / ‖BW‖ (the same products, reordered)
-
-
-class Clock:
-    """CUDA events on a GPU (recorded on the current stream; read only after resolve()), time.perf_counter
-    on CPU. mark() never synchronizes, so it may be called inside autograd hooks."""
-
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-        self.device = device
-
-    def mark(self):
-        if self.cuda:
-            e = torch.cuda.Event(enable_timing=True)
-            e.record()  # torch.cuda.current_stream(): inside backward, the stream autograd runs the node on
-            return e
-        return time.perf_counter()
-
-    def resolve(self) -> None:
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
-
-    def ms(self, a, b) -> float:
-        return a.elapsed_time(b) if self.cuda else (b - a) * 1e3
 
 
 # --8<-- [start:model]
@@ -125,7 +100,7 @@ def _median(xs):
 
 
 # --8<-- [start:timeline]
-def backward_timeline(blocks, x, target, opt, clock: Clock, warmup: int, steps: int) -> dict:
+def backward_timeline(blocks, x, target, opt, clock: harness.Clock, warmup: int, steps: int) -> dict:
     """Per step: forward, backward with every parameter's gradient-ready mark, optimizer step."""
     names = {id(p): n for n, p in blocks.named_parameters()}
     order = [n for n, _ in blocks.named_parameters()]
@@ -194,7 +169,7 @@ def stage_weight_grads(stage, keep, dys):
 # --8<-- [end:split]
 
 
-def stage_times(blocks, x, g_out, cfg, clock: Clock) -> tuple[list[dict], dict]:
+def stage_times(blocks, x, g_out, cfg, clock: harness.Clock) -> tuple[list[dict], dict]:
     S = cfg["stages"]
     per = cfg["layers"] // S
     stages = [blocks[i * per:(i + 1) * per] for i in range(S)]
@@ -288,7 +263,7 @@ def split_check(stages, x, g_out, cfg) -> dict:
             "ok": worst <= tol and all(int(v) == formula for v in counted.values())}
 
 
-def optimizer_times(blocks, cfg, clock: Clock, device) -> list[dict]:
+def optimizer_times(blocks, cfg, clock: harness.Clock, device) -> list[dict]:
     """Adam's step, each implementation, back-to-back steps in spans (the gradients stay as they are)."""
     params = list(blocks.parameters())
     n = sum(p.numel() for p in params)
@@ -302,19 +277,8 @@ def optimizer_times(blocks, cfg, clock: Clock, device) -> list[dict]:
         except (RuntimeError, TypeError) as exc:
             out.append({"impl": impl, "supported": False, "error": str(exc)[:200]})
             continue
-        a = clock.mark()
-        opt.step()
-        b = clock.mark()
-        clock.resolve()
-        iters = max(1, math.ceil(cfg["span_ms"] / max(clock.ms(a, b), 1e-6)))
-        spans = []
-        for _ in range(cfg["opt_spans"]):
-            a = clock.mark()
-            for _ in range(iters):
-                opt.step()
-            spans.append((a, clock.mark()))
-        clock.resolve()
-        t = _median([clock.ms(a, b) / iters for a, b in spans])
+        per, iters, _ = harness.span_times_ms(opt.step, clock, 0, cfg["opt_spans"], cfg["span_ms"], 10**9)
+        t = _median(per)
         state_bytes = sum(v.numel() * v.element_size() for st in opt.state.values() for v in st.values()
                           if torch.is_tensor(v) and v.dim() > 0)
         out.append({"impl": impl, "supported": True, "ms_median": t, "iters_per_span": iters,
@@ -332,7 +296,7 @@ def check(args, cfg):
 def measure(env, cfg, args):
     device = env.device
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    clock = Clock(device)
+    clock = harness.Clock(device)
     blocks = make_stack(cfg, device, dtype)
     gen = torch.Generator(device=device).manual_seed(7)
     x = torch.randn(cfg["tokens"], cfg["h"], device=device, dtype=dtype, generator=gen)

@@ -79,10 +79,15 @@ def test_host_rows_time_spans_with_events_and_a_wall_clock(monkeypatch):
         def __init__(self, t):
             self.t = t
 
+        def synchronize(self):
+
+            pass
+
+
         def elapsed_time(self, other):
             return other.t - self.t
 
-    class FakeCuda(mb.Clock):
+    class FakeCuda(mb.harness.Clock):
         def __init__(self):
             self.cuda, self.now, self.syncs = True, 0.0, 0
 
