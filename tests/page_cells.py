@@ -113,3 +113,25 @@ def synthetic_gemm(res: Path, like: Path, peak_tflops: float, sweep: list[dict])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(d), encoding="utf-8")
     return out
+
+
+def gpu_copies(res: Path, program: str) -> list[Path]:
+    """Beside every CPU file of `program` in the scratch results folder `res`, its GPU-shaped copy as
+    tests/gpu_fixtures/make.py makes it (fixture_from_cpu, which applies augment/<program>.py)."""
+    from tests.gpu_fixtures.make import fixture_from_cpu
+
+    out = []
+    for cpu in sorted((res / program).glob("cpu-*.json")):
+        d = fixture_from_cpu(json.loads(cpu.read_text()), f"gpu_runs/results/{program}/{cpu.name}")
+        out.append(res / program / f"{d['hardware']['id']}.json")
+        out[-1].write_text(json.dumps(d))
+    assert out, f"no committed CPU result gpu_runs/results/{program}/cpu-*.json to mirror: run `make runs`"
+    return out
+
+
+def table_rows(html: str) -> list[list[str]]:
+    """The cells' text of every table row of a tab."""
+    import html as H
+
+    return [[H.unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", tr, re.S)]
+            for tr in re.findall(r"<tr>(.*?)</tr>", html, re.S)]

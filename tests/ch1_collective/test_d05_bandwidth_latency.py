@@ -383,19 +383,6 @@ def test_missing_world_sizes_are_said_not_crashed(gpu_platform):
 MD = "ch1-collective/05-bandwidth-latency.md"
 
 
-def _gpu_copies(res: Path, program: str) -> list[Path]:
-    """Beside every CPU file of `program` in the scratch results folder `res`, its GPU-shaped copy as
-    tests/gpu_fixtures/make.py makes it (fixture_from_cpu, which applies augment/<program>.py)."""
-    from tests.gpu_fixtures.make import fixture_from_cpu
-
-    out = []
-    for cpu in sorted((res / program).glob("cpu-*.json")):
-        d = fixture_from_cpu(json.loads(cpu.read_text()), f"gpu_runs/results/{program}/{cpu.name}")
-        out.append(res / program / f"{d['hardware']['id']}.json")
-        out[-1].write_text(json.dumps(d))
-    assert out, f"no committed CPU result gpu_runs/results/{program}/cpu-*.json to mirror: run `make runs`"
-    return out
-
 
 def test_copy_ceiling_is_the_fastest_copy_and_collectives_stay_under_it():
     """Experiment 7 on the committed CPU results: the ceiling is the largest GB/s in the mem_bandwidth file, the
@@ -422,10 +409,10 @@ def test_experiment_7_tabs_read_each_hardwares_own_copy_and_collectives(tmp_path
     """The page's cell, with a GPU-shaped copy of the committed file whose copy rates are scaled, so that the GPU
     tab's ceiling can only come from that file; the collectives beside it are that hardware's (the GPU fixtures
     of collectives_bench: GPUs, NCCL) and the CPU tab's are gloo's, each ratio recomputed from the JSON."""
-    from tests.page_cells import edit, results_dir, run_cell, tab
+    from tests.page_cells import edit, gpu_copies, results_dir, run_cell, tab, table_rows
 
     res = results_dir(tmp_path, [page.MEM_PROGRAM, page.COLL_PROGRAM, page.GAP_PROGRAM])  # run_cell runs the whole session
-    (gpu,) = _gpu_copies(res, page.MEM_PROGRAM)
+    (gpu,) = gpu_copies(res, page.MEM_PROGRAM)
 
     def scale(d):
         for r in d["measurements"]["device_to_device"]["rows"]:
@@ -455,10 +442,10 @@ def test_experiment_7_tabs_read_each_hardwares_own_copy_and_collectives(tmp_path
 
 def test_experiment_7_says_when_a_hardware_has_no_collectives(tmp_path, monkeypatch):
     """A hardware with a mem_bandwidth file but no collectives_bench file: the tab says so instead of crashing."""
-    from tests.page_cells import results_dir, run_cell, tab
+    from tests.page_cells import gpu_copies, results_dir, run_cell, tab
 
     res = results_dir(tmp_path, [page.MEM_PROGRAM, page.COLL_PROGRAM, page.GAP_PROGRAM], gpu=False)
-    _gpu_copies(res, page.MEM_PROGRAM)
+    gpu_copies(res, page.MEM_PROGRAM)
     body = tab(run_cell(MD, "ch1-05-exp7-ceiling", res, monkeypatch), "GPU")
     assert "나란히 놓을 busbw 가 없습니다" in body
 

@@ -259,27 +259,6 @@ def test_tabs_say_what_a_hardware_lacks():
 MD = "ch2-data-parallel/03-gradient-bucket.md"
 
 
-def _gpu_copies(res: Path, program: str) -> list[Path]:
-    """Beside every CPU file of `program` in the scratch results folder `res`, its GPU-shaped copy as
-    tests/gpu_fixtures/make.py makes it (fixture_from_cpu, which applies augment/<program>.py)."""
-    from tests.gpu_fixtures.make import fixture_from_cpu
-
-    out = []
-    for cpu in sorted((res / program).glob("cpu-*.json")):
-        d = fixture_from_cpu(json.loads(cpu.read_text()), f"gpu_runs/results/{program}/{cpu.name}")
-        out.append(res / program / f"{d['hardware']['id']}.json")
-        out[-1].write_text(json.dumps(d))
-    assert out, f"no committed CPU result gpu_runs/results/{program}/cpu-*.json to mirror: run `make runs`"
-    return out
-
-
-def _rows(html: str) -> list[list[str]]:
-    """The cells' text of every table row of a tab."""
-    import html as H
-    import re
-
-    return [[H.unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", tr, re.S)]
-            for tr in re.findall(r"<tr>(.*?)</tr>", html, re.S)]
 
 
 def test_committed_backward_timeline_claims():
@@ -303,10 +282,10 @@ def test_experiment_5_tabs_read_their_own_timeline(tmp_path, monkeypatch):
     buckets are torch's own _compute_bucket_assignment_by_size of the gradients in ready order; and the busbw the
     page says hides every all-reduce makes the bucket queue (bucket_pipeline) end exactly by the backward's end:
     1 % less and the queue overruns it."""
-    from tests.page_cells import edit, results_dir, run_cell, tab
+    from tests.page_cells import edit, gpu_copies, results_dir, run_cell, tab, table_rows
 
     res = results_dir(tmp_path, [page.PROGRAM, page.ANATOMY])  # run_cell runs the whole session
-    (gpu,) = _gpu_copies(res, page.ANATOMY)
+    (gpu,) = gpu_copies(res, page.ANATOMY)
 
     def twice(d):
         t = d["measurements"]["timeline"]
@@ -330,7 +309,7 @@ def test_experiment_5_tabs_read_their_own_timeline(tmp_path, monkeypatch):
                                                           [False] * len(tensors))
         a = page.anatomy_buckets(results.read(path))
         assert a["buckets"] == want
-        table = [r for r in _rows(body) if r and r[0].isdigit() and len(r) == 6]
+        table = [r for r in table_rows(body) if r and r[0].isdigit() and len(r) == 6]
         assert [float(r[2]) for r in table] == [round(sum(sizes[i] for i in b) / MIB, 1) for b in want]
         need = max(a["busbw"])
         assert f"<strong>{need / 1e9:,.3g} GB/s</strong>" in body

@@ -156,29 +156,6 @@ def test_deepspeed_estimators_20_bytes_is_zero2_only():
 MD = "ch5-zero-sharding/01-zero-motivation.md"
 
 
-def _gpu_copies(res, program: str) -> list:
-    """Beside every CPU file of `program` in the scratch results folder `res`, its GPU-shaped copy as
-    tests/gpu_fixtures/make.py makes it (fixture_from_cpu, which applies augment/<program>.py)."""
-    import json
-
-    from tests.gpu_fixtures.make import fixture_from_cpu
-
-    out = []
-    for cpu in sorted((res / program).glob("cpu-*.json")):
-        d = fixture_from_cpu(json.loads(cpu.read_text()), f"gpu_runs/results/{program}/{cpu.name}")
-        out.append(res / program / f"{d['hardware']['id']}.json")
-        out[-1].write_text(json.dumps(d))
-    assert out, f"no committed CPU result gpu_runs/results/{program}/cpu-*.json to mirror: run `make runs`"
-    return out
-
-
-def _rows(html: str) -> list[list[str]]:
-    """The cells' text of every table row of a tab."""
-    import html as H
-    import re
-
-    return [[H.unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", tr, re.S)]
-            for tr in re.findall(r"<tr>(.*?)</tr>", html, re.S)]
 
 
 def test_committed_adam_rows_count_seven_elements_of_the_models_dtype():
@@ -204,10 +181,10 @@ def test_experiment_5_tabs(tmp_path, monkeypatch):
     30 bytes × 7e9 / 8 over the fastest bandwidth."""
     import json
 
-    from tests.page_cells import edit, results_dir, run_cell, tab
+    from tests.page_cells import edit, gpu_copies, results_dir, run_cell, tab, table_rows
 
     res = results_dir(tmp_path, [page.ANATOMY])
-    (gpu,) = _gpu_copies(res, page.ANATOMY)
+    (gpu,) = gpu_copies(res, page.ANATOMY)
 
     def faster_fused(d):
         for r in d["measurements"]["optimizer"]:
@@ -219,7 +196,7 @@ def test_experiment_5_tabs(tmp_path, monkeypatch):
     for kind, path, elem in (("CPU", next((res / page.ANATOMY).glob("cpu-*.json")), 4), ("GPU", gpu, 2)):
         body = tab(html, kind)
         opt = json.loads(path.read_text())["measurements"]["optimizer"]
-        rows = {r[0]: r for r in _rows(body)}
+        rows = {r[0]: r for r in table_rows(body)}
         gbps = {}
         for o in opt:
             r = rows[page.IMPL_OF[o["impl"]]]
@@ -228,7 +205,7 @@ def test_experiment_5_tabs(tmp_path, monkeypatch):
         best = max(gbps, key=gbps.get)
         assert f"가장 빠른 구현: <strong>{page.IMPL_OF[best]}</strong>" in body
         assert f"원소당 {elem} bytes" in body
-        (seven_b8,) = [r for r in _rows(body) if r[:2] == ["7B", "8"]]
+        (seven_b8,) = [r for r in table_rows(body) if r[:2] == ["7B", "8"]]
         assert seven_b8[2] == f"{30 * 7e9 / 8 / (gbps[best] * 1e9):,.3g}"
 
 

@@ -235,7 +235,7 @@ def test_gpu_tab_compares_the_gpu_files_memcpy_bytes(tmp_path, monkeypatch):
     """Experiment 4 per hardware: the step-time cell's GPU tab tabulates that file's memcpy bytes per step next to
     the prediction, and the host-probe cell's GPU tab its pinned PCIe bandwidth; the CPU tabs have neither. The
     fixture's HtoD bytes are halved first, so the measured column can only come from that file."""
-    from tests.page_cells import edit, results_dir, run_cell, tab
+    from tests.page_cells import edit, gpu_copies, results_dir, run_cell, tab, table_rows
 
     md = "ch5-zero-sharding/06-zero-offload-infinity.md"
     res = results_dir(tmp_path, ["offload_bench"])
@@ -306,29 +306,6 @@ def test_tiny_preset_really_offloads(run_tiny):
 MD = "ch5-zero-sharding/06-zero-offload-infinity.md"
 
 
-def _gpu_copies(res, program: str) -> list:
-    """Beside every CPU file of `program` in the scratch results folder `res`, its GPU-shaped copy as
-    tests/gpu_fixtures/make.py makes it (fixture_from_cpu, which applies augment/<program>.py)."""
-    import json
-
-    from tests.gpu_fixtures.make import fixture_from_cpu
-
-    out = []
-    for cpu in sorted((res / program).glob("cpu-*.json")):
-        d = fixture_from_cpu(json.loads(cpu.read_text()), f"gpu_runs/results/{program}/{cpu.name}")
-        out.append(res / program / f"{d['hardware']['id']}.json")
-        out[-1].write_text(json.dumps(d))
-    assert out, f"no committed CPU result gpu_runs/results/{program}/cpu-*.json to mirror: run `make runs`"
-    return out
-
-
-def _rows(html: str) -> list[list[str]]:
-    """The cells' text of every table row of a tab."""
-    import html as H
-    import re
-
-    return [[H.unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", tr, re.S)]
-            for tr in re.findall(r"<tr>(.*?)</tr>", html, re.S)]
 
 
 def test_committed_cpu_result_has_no_host_device_link():
@@ -350,10 +327,10 @@ def test_experiment_5_tabs(tmp_path, monkeypatch):
     import html as H
     import json
 
-    from tests.page_cells import edit, results_dir, run_cell, tab
+    from tests.page_cells import edit, gpu_copies, results_dir, run_cell, tab, table_rows
 
     res = results_dir(tmp_path, [page.MEM_PROGRAM, "offload_bench"])  # run_cell runs the whole session
-    (gpu,) = _gpu_copies(res, page.MEM_PROGRAM)
+    (gpu,) = gpu_copies(res, page.MEM_PROGRAM)
 
     def scale(d):
         for direction in page.DIRECTIONS:
@@ -373,7 +350,7 @@ def test_experiment_5_tabs(tmp_path, monkeypatch):
     assert f"HtoD {h2d / best[('host_to_device', 'pageable')]:.2f}×" in body
     assert f"DtoH {d2h / best[('device_to_host', 'pageable')]:.2f}×" in body
     b = 6 / (4 / (d2h * 1e9) + 2 / (h2d * 1e9))          # bytes/s: 4 down then 2 up per parameter, one link
-    (row,) = [r for r in _rows(body) if r[0] == "측정: pinned"]
+    (row,) = [r for r in table_rows(body) if r[0] == "측정: pinned"]
     assert row[1] == f"{b / 1e9:.2f}"
     tau = float(row[-1].replace(",", ""))
     t = page.step_times(13e9, tau, page.NODE_N, page.ASSUMED, pcie=b)   # at τ* the GPU time is the offload time
@@ -384,10 +361,10 @@ def test_experiment_5_tabs(tmp_path, monkeypatch):
 
 
 def test_experiment_5_cell_is_fast(tmp_path):
-    from tests.page_cells import results_dir
+    from tests.page_cells import gpu_copies, results_dir
 
     res = results_dir(tmp_path, [page.MEM_PROGRAM], gpu=False)
-    runs = [results.read(p) for p in [*sorted((res / page.MEM_PROGRAM).glob("*.json")), *_gpu_copies(res, page.MEM_PROGRAM)]]
+    runs = [results.read(p) for p in [*sorted((res / page.MEM_PROGRAM).glob("*.json")), *gpu_copies(res, page.MEM_PROGRAM)]]
     t0 = time.perf_counter()
     results.hardware_tabs(runs, page.host_link_tab)
     assert time.perf_counter() - t0 < cell_budget()
