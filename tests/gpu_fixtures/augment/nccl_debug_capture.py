@@ -4,7 +4,7 @@ refuses to run without CUDA and NCCL).
 `augment(data)` receives {"program": "nccl_debug_capture"} and fills every field the results schema
 requires, as harness.write_results would on one 8-GPU node: hardware and versions from harness.hardware()
 and harness.provenance() on mocked CUDA (tests.gpu_fixtures.make), inputs = the current sha256 of the
-modules the program imports from this repository, the commit from `git rev-parse HEAD`.
+modules the program imports from this repository, the commit: the last one that changed those inputs.
 
 The measurements have exactly the shape the program writes ({"calls": [...], "logs": [{"rank", "node",
 "lines"}]}), but the log lines are SYNTHETIC: written here from the INFO format strings that Ch1-04 quotes
@@ -82,8 +82,10 @@ def augment(data: dict) -> None:
 
     cfg = PRESETS["full"]
     sizes = [max(s // 4, 1) * 4 for s in cfg["sizes"]]
-    commit = _git("rev-parse", "HEAD")
-    when = _dt.datetime.fromisoformat(_git("show", "-s", "--format=%cI", "HEAD"))
+    # the last commit that changed an input (not HEAD), so that the fixture changes only when they do and
+    # `make --check` does not drift with every unrelated commit; the input hashes keep it current
+    commit = _git("log", "-1", "--format=%H", "--", *INPUTS) or _git("rev-parse", "HEAD")
+    when = _dt.datetime.fromisoformat(_git("show", "-s", "--format=%cI", commit))
     dirty = bool(_git("status", "--porcelain", "--", *INPUTS))
     versions = versions_on_cuda()
     versions["torch"] = versions["torch"].split("+")[0] + "+cu" + CUDA_VERSION.replace(".", "")
