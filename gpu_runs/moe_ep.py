@@ -7,7 +7,9 @@ backward is the reverse all-to-all), runs its local experts, and sends the resul
 gradients, the router's gradient (summed over ranks) and every expert's gradient are compared with one
 process that holds all E experts and routes every rank's tokens the same way. Collectives and bytes
 are counted with gpu_runs/comm_counter (torch.distributed calls) and CommDebugMode (functional collectives); a capacity-factor sweep records load imbalance and dropped
-tokens over all ranks.
+tokens over all ranks. The same layer with a fixed-capacity [E, n_cap, h] buffer (the padded dispatch of
+Switch, GShard and DeepSpeed-MoE) runs at every capacity factor of the sweep, its all-to-all bytes counted on
+the real calls.
 
     torchrun --nproc_per_node=4 gpu_runs/moe_ep.py                  # CPU, gloo (counts)
     torchrun --nproc_per_node=8 gpu_runs/moe_ep.py --preset gpu     # 8 GPUs, NCCL
@@ -91,6 +93,40 @@ def moe_ep(x, router, experts, skew, cfg, W, rank, log=None):
 # --8<-- [end:ep]
 
 
+# --8<-- [start:padded]
+@torch.no_grad()
+def moe_ep_padded(x, router, experts, skew, cfg, W, rank, cf):
+    """The same layer with a fixed capacity buffer (Switch, GShard, DeepSpeed-MoE): each rank fills an
+    [E, n_cap, h] buffer (empty slots stay zero), one all-to-all with equal splits sends expert i's n_cap
+    rows to the rank that holds it, every local expert runs on all W·n_cap rows it received (padding
+    included), and the reverse all-to-all brings them back. No split sizes to exchange, but the bytes
+    and the expert rows are set by n_cap = ⌈kτφ/E⌉, not by how many assignments were kept."""
+    E, (T, h) = W * cfg["epr"], x.shape
+    cap = moe.capacity(T, E, cf, cfg["k"])
+    expert, gate, keep, _ = moe.route(router(x) + skew, cfg["k"], cap)
+    buf, slot_of = x.new_zeros(E, cap, h), {}
+    fill = [0] * E
+    for j in range(cfg["k"]):                        # the routing's priority order: 1st choices first
+        for t in range(T):
+            if keep[t, j]:
+                i = int(expert[t, j])
+                buf[i, fill[i]] = x[t]
+                slot_of[t, j] = (i, fill[i])
+                fill[i] += 1
+    recv = torch.empty_like(buf)
+    dist.all_to_all_single(recv, buf)                # equal splits: E/W experts × n_cap rows per rank
+    src = recv.view(W, cfg["epr"], cap, h)           # [source rank, local expert, slot, h]
+    out_buf = torch.stack([experts[rank * cfg["epr"] + e](src[:, e].reshape(-1, h)).view(W, cap, h)
+                           for e in range(cfg["epr"])], dim=1)
+    back = torch.empty_like(buf)
+    dist.all_to_all_single(back, out_buf.reshape(E, cap, h).contiguous())
+    out = x.clone()
+    for (t, j), (i, p) in slot_of.items():
+        out[t] += gate[t, j] * back[i, p]
+    return out, {"capacity": cap, "kept": int(keep.sum()), "expert_rows": W * cap * cfg["epr"]}
+# --8<-- [end:padded]
+
+
 def moe_reference(x, router, experts, skew, cfg, E):
     """One process, all E experts, the same routing for this group of tokens (no all-to-all)."""
     cap = moe.capacity(x.shape[0], E, cfg["cf"], cfg["k"])
@@ -110,6 +146,21 @@ def measure(env, cfg, args):
     torch.manual_seed(11)
     X = torch.randn(W, T, h, device=dev)                    # every rank's tokens (rank r uses X[r])
     G = torch.randn(W, T, h, device=dev)                    # a fixed projection: loss_r = Σ out_r · G_r
+
+    # ---- fixed-capacity (padded) dispatch at every φ of the sweep: bytes counted on the real all-to-all,
+    # output against the one-process reference at the same φ. It runs before CommDebugMode is used below
+    # (the module hooks it leaves behind fail under no_grad in torch 2.13).
+    router, experts = make_router(E, h, dev), make_experts(E, h, dev)
+    router_ref, experts_ref = make_router(E, h, dev), make_experts(E, h, dev)
+    padded = []
+    for cf in cfg["sweep"]:
+        with CommCounter() as c_pad:
+            out_p, info = moe_ep_padded(X[r], router, experts, skew, cfg, W, r, cf)
+        with torch.no_grad():
+            ref_p = moe_reference(X[r], router_ref, experts_ref, skew, {**cfg, "cf": cf}, E)[0]
+        a2a_calls = c_pad.summary().get("all_to_all_single", {"calls": 0, "bytes": 0})
+        padded.append({"cf": cf, **info, "a2a_calls": a2a_calls["calls"], "a2a_bytes": a2a_calls["bytes"],
+                       "diff": (out_p - ref_p).abs().max().item()})
 
     # ---- expert-parallel layer
     router, experts = make_router(E, h, dev), make_experts(E, h, dev)
@@ -158,7 +209,7 @@ def measure(env, cfg, args):
            "comm_backward": c_bwd.summary(), "dispatch_bytes": log["dispatch_bytes"], "combine_bytes": log["combine_bytes"],
            "funcol_forward": {str(k): v for k, v in f_fwd.get_comm_counts().items()},
            "funcol_backward": {str(k): v for k, v in f_bwd.get_comm_counts().items()}, "diff": diff,
-           "experts_with_grad": [j for j in own if experts[j][0].weight.grad is not None]}
+           "experts_with_grad": [j for j in own if experts[j][0].weight.grad is not None], "padded": padded}
     every = harness.gather(rec)
     if env.is_main:
         for e in every:
@@ -170,7 +221,7 @@ def measure(env, cfg, args):
                     "bytes_uniform_formula": moe.a2a_bytes_uniform(T, cfg["k"], W, h)}
     params = {**cfg, "dtype": "float32", "aux_coef": 0.01,
               "counting": "gpu_runs/comm_counter.CommCounter (torch.distributed calls), forward and backward"}
-    worst = max(max(e["diff"].values()) for e in every)
+    worst = max(max(max(e["diff"].values()) for e in every), max(p["diff"] for e in every for p in e["padded"]))
     return params, measurements, \
         f"expert-parallel layer differs from one process by {worst:.2e}" if worst > 1e-5 else ""
 

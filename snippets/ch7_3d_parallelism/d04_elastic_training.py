@@ -23,13 +23,43 @@ def waste_fraction(tau, delta: float, mtbf: float, restart: float = 0.0):
 
 
 def young_interval(delta: float, mtbf: float) -> float:
-    """T_ck* = √(2Δ·T_MTBF): the minimiser of Δ/T_ck + T_ck/(2T_MTBF) (Young 1974)."""
+    """T_ck = √(2Δ·T_MTBF) (Young 1974): the minimiser of Δ/T_ck + T_ck/(2T_MTBF)."""
     return math.sqrt(2 * delta * mtbf)
 
 
+def first_order_interval(delta: float, mtbf: float) -> float:
+    """T_ck = √(2Δ·T_MTBF) − Δ: the minimiser of the first-order waste Δ/(T_ck+Δ) + (T_ck+Δ)/(2T_MTBF)
+    (Theorem 7.4.4). It is the first term of Daly's estimate, not Daly's estimate."""
+    return math.sqrt(2 * delta * mtbf) - delta
+
+
 def daly_interval(delta: float, mtbf: float) -> float:
-    """Leading term of Daly 2006's higher-order estimate, √(2Δ·T_MTBF) − Δ (for Δ < 2T_MTBF): the minimiser of Δ/(T_ck+Δ) + (T_ck+Δ)/(2T_MTBF)."""
-    return math.sqrt(2 * delta * mtbf) - delta if delta < 2 * mtbf else mtbf
+    """Daly 2006's higher-order estimate: √(2ΔM)·[1 + ⅓√(Δ/2M) + ⅑(Δ/2M)] − Δ for Δ < 2M, else M."""
+    if delta >= 2 * mtbf:
+        return mtbf
+    x = delta / (2 * mtbf)
+    return math.sqrt(2 * delta * mtbf) * (1 + math.sqrt(x) / 3 + x / 9) - delta
+
+
+def exact_waste(tau, delta: float, mtbf: float, restart: float = 0.0):
+    """The exact expected waste of the model (exponential failures, none during restart): a cycle of
+    T_ck + Δ takes (M + R)(e^{(T_ck+Δ)/M} − 1) of wall time on average, so the waste is
+    1 − T_ck / ((M + R)(e^{(T_ck+Δ)/M} − 1))."""
+    tau = np.asarray(tau, dtype=float)
+    return 1 - tau / ((mtbf + restart) * np.expm1((tau + delta) / mtbf))
+
+
+def exact_optimum(delta: float, mtbf: float) -> float:
+    """The T_ck that minimises exact_waste (R only scales the wall time, so it does not move the optimum):
+    d/dT_ck [T_ck / (e^{(T_ck+Δ)/M} − 1)] = 0  ⇔  1 − e^{−(T_ck+Δ)/M} = T_ck/M, solved by bisection."""
+    lo, hi = 0.0, mtbf
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if 1 - math.exp(-(mid + delta) / mtbf) - mid / mtbf > 0:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
 # --8<-- [end:interval]
 
 
@@ -51,6 +81,22 @@ def simulate_waste(tau: float, delta: float, mtbf: float, restart: float = 0.0, 
     wall = cycles * cycle + n_fail * (lost_mean + restart)
     return float(1 - (cycles * tau) / wall.mean())
 # --8<-- [end:simulate]
+
+
+# --8<-- [start:scale]
+def min_waste_vs_scale(nodes, mtbf_node: float, delta_at: tuple[int, float], shared_fabric: bool) -> list[dict]:
+    """Minimum exact waste (R = 0) as the job grows: T_MTBF = T_MTBF,1 / n. Sharded checkpoints write
+    Kψ/n per node; if the storage bandwidth grows with n (each node writes to its own disks), Δ ∝ 1/n;
+    on a fixed shared fabric (aggregate bandwidth B) all nodes share B and Δ = Kψ/B does not shrink."""
+    n0, d0 = delta_at
+    out = []
+    for n in nodes:
+        M = mtbf_node / n
+        delta = d0 if shared_fabric else d0 * n0 / n
+        tau = exact_optimum(delta, M)
+        out.append({"n": n, "mtbf": M, "delta": delta, "tau": tau, "waste": float(exact_waste(tau, delta, M))})
+    return out
+# --8<-- [end:scale]
 
 
 def mtbf_from_interruptions(days: float, interruptions: int) -> float:
@@ -83,4 +129,84 @@ def trajectory_figure(r) -> str:
     ax.set_xlabel("step")
     ax.set_ylabel("loss (dp 평균)")
     ax.legend(fontsize=8)
+    return figures.svg(fig)
+
+
+# --8<-- [start:agent]
+def membership_restarts(states, waiting, max_restarts: int = 1) -> dict:
+    """Drive the installed torchrun agent loop (SimpleElasticAgent._invoke_run, torch/distributed/elastic/
+    agent/server/api.py) with scripted worker states: HEALTHY while `waiting` new nodes wait is a membership
+    change, FAILED a worker failure. Returns the final state, each restart with the restarts left after it
+    happened, and what is left of --max-restarts."""
+    from unittest import mock
+
+    from torch.distributed.elastic.agent.server.api import (RunResult, SimpleElasticAgent, WorkerSpec,
+                                                           WorkerState)
+
+    class ScriptedAgent(SimpleElasticAgent):            # only the process handling is replaced
+        def __init__(self, spec):
+            super().__init__(spec)
+            self.script, self.restarts = list(states), []
+
+        def _initialize_workers(self, wg):
+            wg.state = WorkerState.HEALTHY
+
+        def _restart_workers(self, wg):
+            self.restarts.append(self._remaining_restarts)
+            wg.state = WorkerState.HEALTHY
+
+        def _monitor_workers(self, wg):
+            return RunResult(state=WorkerState[self.script.pop(0)])
+
+        def _exit_barrier(self):
+            pass
+
+        def _start_workers(self, wg):
+            return {}
+
+        def _stop_workers(self, wg):
+            pass
+
+        def _shutdown(self, *args, **kwargs):
+            pass
+
+    rdzv = mock.Mock()
+    rdzv.num_nodes_waiting.side_effect = list(waiting)
+    agent = ScriptedAgent(WorkerSpec(role="trainer", local_world_size=1, rdzv_handler=rdzv, entrypoint="train.py",
+                                     max_restarts=max_restarts, monitor_interval=1e-4))
+    result = agent._invoke_run()
+    return {"state": result.state.name, "restarts_left_after_each_restart": agent.restarts,
+            "remaining_restarts": agent._remaining_restarts}
+# --8<-- [end:agent]
+
+
+def restart_timeline(r) -> str:
+    """The kill-and-restart run as a timeline per process (from the results file): attempt 0's steps, the
+    checkpoints published every c steps, the kill before step k, the survivor stuck in its collective until
+    the error reaches it, the agent's restart, and attempt 1 reloading step c⌊k/c⌋ and recomputing."""
+    m, p = r.measurements, r.params
+    k, c, steps = p["kill_step"], p["every"], p["steps"]
+    resumed = m["resumed_from_step"]
+    fig, ax = figures.new(8.6, 2.8)
+    lanes = {"rank 0": 2, f"rank {p['kill_rank']}": 1, "agent": 0}
+    gap = 2.5                                             # drawn width of failure detection + restart
+    for name, y in lanes.items():
+        if name == "agent":
+            ax.broken_barh([(k, gap)], (y - 0.3, 0.6), color="0.75")
+            ax.text(k + gap / 2, y, "감지 → 정지 → rendezvous", ha="center", va="center", fontsize=7)
+            continue
+        ax.broken_barh([(s, 0.9) for s in range(k)], (y - 0.3, 0.6), color="C3", alpha=0.45)
+        ax.broken_barh([(k + gap + (s - resumed), 0.9) for s in range(resumed, steps)], (y - 0.3, 0.6),
+                       color="C0", alpha=0.6)
+        if y == 2:
+            ax.broken_barh([(k, gap * 0.6)], (y - 0.3, 0.6), facecolor="white", hatch="///", edgecolor="C3")
+            ax.text(k + 0.1, y + 0.45, "collective 에서 대기", fontsize=7)
+        else:
+            ax.plot([k], [y], "x", color="k", ms=10)
+    for s in range(c, k + 1, c):
+        ax.axvline(s, color="C2", ls=":", lw=1)
+    ax.text(resumed, 2.75, f"latest = step {resumed}", color="C2", fontsize=8, ha="center")
+    ax.set_yticks(list(lanes.values()), list(lanes))
+    ax.set_xlabel(f"시간 (step 단위; 빨강 attempt 0, 파랑 attempt 1 은 step {resumed} 부터)")
+    ax.set_ylim(-0.6, 3.0)
     return figures.svg(fig)

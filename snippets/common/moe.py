@@ -63,6 +63,17 @@ def a2a_bytes_uniform(tokens: int, k: int, world: int, h: int, e: int = 4) -> fl
 def a2a_bytes(send_counts, rank: int, h: int, e: int = 4) -> int:
     """Bytes actually leaving `rank` for the other ranks, from its split sizes (rows to each rank)."""
     return sum(c for j, c in enumerate(send_counts) if j != rank) * h * e
+
+
+def a2a_bytes_padded(tokens: int, experts: int, cf: float, k: int, world: int, h: int, e: int = 4) -> dict:
+    """Fixed-capacity dispatch (Switch §2.2, GShard, DeepSpeed-MoE): every rank sends an [E, n_cap, h]
+    buffer, empty slots zero-filled, so the bytes do not depend on the routing but grow with φ.
+    Returns the buffer bytes (the all-to-all's input, self chunk included), the bytes leaving the rank
+    ((W−1)/W of it) and the rows one expert computes over all W groups (W·n_cap, padding included)."""
+    cap = capacity(tokens, experts, cf, k)
+    buffer = experts * cap * h * e
+    return {"capacity": cap, "buffer": buffer, "leaving": buffer * (world - 1) // world,
+            "rows_per_expert": world * cap}
 # --8<-- [end:traffic]
 
 

@@ -42,11 +42,14 @@ def test_reshard_loads_are_bitwise(r):
 
 
 @pytest.mark.parametrize("r", _r(), ids=lambda r: r.path.name)
-def test_async_timing_is_consistent(r):
-    """Experiment 3: the caller's stall never exceeds the time until the files are complete (every repetition)."""
+def test_async_save_returns_before_the_files_are_written(r):
+    """Experiment 3: async_save's stall is clearly below the time until the files are complete (a "blocked" time
+    taken after fut.result() would equal it: tests-audit), and below half the synchronous save, the margin the
+    page prints ("절반보다 짧았습니다")."""
     t = r.measurements["timing"]
-    assert all(b <= tot for b, tot in zip(t["blocked_s"], t["total_s"]))
-    assert len(t["sync_s"]) == r.params["async_reps"]
+    assert len(t["sync_s"]) == len(t["blocked_s"]) == len(t["total_s"]) == r.params["async_reps"]
+    assert t["blocked_s_median"] < 0.9 * t["total_s_median"], t
+    assert t["blocked_s_median"] < 0.5 * t["sync_s_median"], t
 
 
 @pytest.mark.parametrize("r", _r(), ids=lambda r: r.path.name)
@@ -62,20 +65,20 @@ def test_exact_resume_and_first_differing_step(r):
         assert not rows[name]["bitwise"] and rows[name]["first_diff_step"] == step, name
 
 
-def test_data_period_trap():
-    """Experiment 4's caveat: 64 rows at 32 rows/step repeat every 2 steps (position 0 = position 4); 96 rows do not."""
-    def batch(n, pos, per_step=32):
-        order = torch.randperm(n, generator=torch.Generator().manual_seed(1))
-        return order[(torch.arange(per_step) + pos * per_step) % n].tolist()
-    assert batch(64, 0) == batch(64, 4)
-    assert batch(96, 0) != batch(96, 4)
+def test_scheduler_order_decides_the_first_differing_step():
+    """Experiment 5 / Theorem 7.3.3 (b) with its order condition, on the real torch.optim: a fresh scheduler built
+    before the optimizer state is loaded shows first at k + 2, built after it at k + 1."""
+    for k in (2, 3, 4):
+        o = page.scheduler_order_demo(k=k, steps=k + 4)
+        assert (o["before_load"], o["after_load"]) == (k + 2, k + 1), (k, o)
 
 
-def test_stall_formula_exercise():
-    """Exercise 1: 70B, 64 ranks: 12ψ/N per rank; the sync stall is BW_host/BW_save times the async stall."""
-    per_rank = page.mixed_precision_checkpoint(70e9, 64)
-    assert per_rank == pytest.approx(12 * 70e9 / 64)
-    assert page.stall(per_rank, 2e9, 25e9, False) / page.stall(per_rank, 2e9, 25e9, True) == pytest.approx(12.5)
+def test_stateful_objects_restore_themselves(tmp_path):
+    """Experiment 6: DCP calls state_dict() on save and load_state_dict() on load for a Stateful object: a fresh
+    DataPosition() ends with the saved (2, 37), not its defaults, and the model tensors come back equal."""
+    st = page.stateful_roundtrip(tmp_path / "ckpt")
+    assert st["is_stateful"] and st["model_equal"]
+    assert st["restored"] == {"epoch": 2, "consumed": 37} != page.DataPosition().state_dict()
 
 
 def test_gpu_tab_of_async_save_reads_the_gpu_file(tmp_path, monkeypatch):

@@ -27,45 +27,63 @@ def test_kill_restart_resume_is_bitwise(r):
 
 @pytest.mark.parametrize("r", _r(), ids=lambda r: r.path.name)
 def test_what_is_lost(r):
-    """Experiment 2 / Theorem 7.4.3: resume at c⌊k/c⌋, lose k mod c steps, which attempt 1 recomputes identically."""
+    """Experiment 2 / Theorem 7.4.3: attempt 1's own log starts at c⌊k/c⌋, and the steps attempt 0 logged from there
+    on (the lost ones) are c⌊k/c⌋..k−1 and were recomputed with identical values."""
     m, p = r.measurements, r.params
     k, c = p["kill_step"], p["every"]
-    assert m["resumed_from_step"] == c * (k // c)
-    assert m["lost_steps"] == list(range(c * (k // c), k)) and len(m["lost_steps"]) == k % c
     a0, a1 = dict(map(tuple, m["attempt0"])), dict(map(tuple, m["attempt1"]))
+    assert min(a1) == c * (k // c) == m["resumed_from_step"]
+    assert sorted(s for s in a0 if s >= min(a1)) == list(range(c * (k // c), k)) == m["lost_steps"]
     assert all(a0[s] == a1[s] for s in m["lost_steps"])
 
 
-def test_young_daly_minimise_the_waste():
-    """Theorem 7.4.4: Daly's τ* minimises the first-order waste (grid search), Young's is the δ ≪ τ limit, and the
-    minimum is √(2δ/M) + R/M; the simulation agrees with the formula near τ* and also has its minimum there."""
+def test_exact_model_optimum_and_daly():
+    """Theorem 7.4.5: the bisection optimum equals a grid search over the exact waste (rel 1e-4); Daly 2006's formula
+    is within 0.1 % of it at the page's Δ (the first-order interval is not: 6 % short at Δ = 600 s); the Monte-Carlo
+    simulation agrees with the exact waste within 2 % (relative) at every interval of the table."""
+    M, R = page.mtbf_from_interruptions(54, 419), 600.0
+    for delta in (5.0, 60.0, 600.0):
+        grid = np.linspace(1.0, M, 400001)
+        best = grid[np.argmin(page.exact_waste(grid, delta, M, R))]
+        opt = page.exact_optimum(delta, M)
+        assert opt == pytest.approx(best, rel=1e-4)
+        assert page.daly_interval(delta, M) == pytest.approx(opt, rel=1e-3)
+        for tau in (opt, opt / 4, 4 * opt, page.first_order_interval(delta, M)):
+            assert page.simulate_waste(tau, delta, M, R) == pytest.approx(float(page.exact_waste(tau, delta, M, R)), rel=0.02)
+    assert page.first_order_interval(600.0, M) < 0.95 * page.exact_optimum(600.0, M)
+
+
+def test_first_order_interval_minimises_the_first_order_waste():
+    """Theorem 7.4.4: √(2ΔM) − Δ minimises the first-order waste (grid search) with minimum √(2Δ/M) + R/M."""
     M, R = 3 * 3600.0, 300.0
     for delta in (5.0, 60.0, 600.0):
         grid = np.linspace(1, 6 * M, 400001)
         w = page.waste_fraction(grid, delta, M, R)
-        assert grid[np.argmin(w)] == pytest.approx(page.daly_interval(delta, M), rel=1e-3)
+        assert grid[np.argmin(w)] == pytest.approx(page.first_order_interval(delta, M), rel=1e-3)
         assert w.min() == pytest.approx(math.sqrt(2 * delta / M) + R / M, rel=1e-6)
-        tau = page.daly_interval(delta, M)
-        sim = [page.simulate_waste(t, delta, M, R) for t in (tau / 4, tau, 4 * tau)]
-        assert sim[1] < min(sim[0], sim[2])
-        # first order in (τ + δ)/M: close when the cycle is short against M, looser as it grows (page, experiment 4)
-        rel = 0.1 if (tau + delta) / M < 0.15 else 0.2
-        assert sim[1] == pytest.approx(float(page.waste_fraction(tau, delta, M, R)), rel=rel)
-    assert page.daly_interval(1.0, 1e6) / page.young_interval(1.0, 1e6) == pytest.approx(1, rel=1e-3)
 
 
-def test_llama3_mtbf():
-    """Experiment 4's M: 54 days / 419 unexpected interruptions ≈ 3.09 hours."""
-    assert page.mtbf_from_interruptions(54, 419) / 3600 == pytest.approx(54 * 24 / 419)
-
-
-def test_sharded_delta_keeps_waste_constant():
-    """Exercise 2: with M = M1/n and δ ∝ 1/n the minimum waste does not change with n; with δ fixed it grows as √n."""
+def test_waste_versus_scale_and_storage_bandwidth():
+    """Experiment 6: with Δ ∝ 1/n (bandwidth growing with n) the exact minimum waste is the same at every n; with a
+    fixed fabric it grows by 1.7–2.0× per 4× nodes (√4 = 2 to first order). Optima checked by grid search here."""
     M1 = 1000 * 3600.0
-    w = [float(page.waste_fraction(page.daly_interval(60 * 256 / n, M1 / n), 60 * 256 / n, M1 / n)) for n in (256, 1024, 4096)]
-    assert w[0] == pytest.approx(w[1]) == pytest.approx(w[2])
-    fixed = [math.sqrt(2 * 60 / (M1 / n)) for n in (256, 1024)]
-    assert fixed[1] / fixed[0] == pytest.approx(2)
+    grow = page.min_waste_vs_scale((256, 1024, 4096), M1, (256, 60.0), shared_fabric=False)
+    fixed = page.min_waste_vs_scale((256, 1024, 4096), M1, (256, 60.0), shared_fabric=True)
+    assert grow[0]["waste"] == pytest.approx(grow[1]["waste"], rel=1e-9) == pytest.approx(grow[2]["waste"], rel=1e-9)
+    for a, b in zip(fixed, fixed[1:]):
+        assert 1.7 < b["waste"] / a["waste"] < 2.0
+    for x in grow + fixed:
+        grid = np.linspace(1.0, x["mtbf"], 200001)
+        assert x["waste"] == pytest.approx(float(page.exact_waste(grid, x["delta"], x["mtbf"]).min()), rel=1e-6)
+
+
+def test_membership_changes_do_not_consume_max_restarts():
+    """Experiment 5, on the installed agent loop: three membership restarts leave --max-restarts=1 untouched and the
+    one failure uses it; two failures with one restart allowed end the job as FAILED."""
+    mr = page.membership_restarts(["HEALTHY", "HEALTHY", "HEALTHY", "FAILED", "SUCCEEDED"], [1, 1, 1], max_restarts=1)
+    assert mr == {"state": "SUCCEEDED", "restarts_left_after_each_restart": [1, 1, 1, 0], "remaining_restarts": 0}
+    two = page.membership_restarts(["FAILED", "FAILED"], [], max_restarts=1)
+    assert two["state"] == "FAILED" and two["restarts_left_after_each_restart"] == [0]
 
 
 def test_gpu_tab_of_the_trajectory_reads_the_gpu_file(tmp_path, monkeypatch):

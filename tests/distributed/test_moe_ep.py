@@ -15,3 +15,9 @@ def test_moe_ep_tiny(run_tiny):
     for i in range(2):
         for j in range(2):
             assert ranks[i]["send"][j] == ranks[j]["recv"][i]
+    # the fixed-capacity dispatch: bytes counted on the real all-to-all are the padded buffer's, 2·E·n_cap·h·4,
+    # and the padded layer equals one process at every φ of the sweep
+    E, h = data["measurements"]["E"], data["params"]["h"]
+    for k in ranks:
+        for x in k["padded"]:
+            assert x["a2a_bytes"] == 2 * E * x["capacity"] * h * 4 and x["diff"] < 1e-5
