@@ -9,6 +9,8 @@ blocks (Linear h→4h ColwiseParallel, GELU, Linear 4h→h RowwiseParallel) trai
     the whole batch (same seed; each dp rank gets its B/d rows);
   * collectives are counted per pass: DTensor's (functional collectives on the tp groups) with
     torch's CommDebugMode, FSDP2's (torch.distributed calls on the dp groups) with gpu_runs/comm_counter;
+    CommDebugMode also sees FSDP2's c10d ops (_allgather_base_, _reduce_scatter_base_): they are
+    recorded apart (commdebug_fsdp_*), so that tp_* holds TP's collectives only;
   * each rank's parameter bytes (its local shard) are recorded, for the planner's ψ/(t·d) check.
 
     torchrun --nproc_per_node=4 gpu_runs/mesh_3d.py                 # CPU, gloo, d = t = 2 (counts)
@@ -115,8 +117,13 @@ def measure(env, cfg, args):
         glob = loss.detach().clone()
         dist.all_reduce(glob, group=mesh["dp"].get_group())
         losses.append(glob.item() / d)
-        counts.append({"tp_forward": {k.__name__: v for k, v in tp_f.get_comm_counts().items()},
-                       "tp_backward": {k.__name__: v for k, v in tp_b.get_comm_counts().items()},
+        # CommDebugMode sees every collective dispatched, FSDP2's c10d ops (_allgather_base_,
+        # _reduce_scatter_base_) too: keep TP's functional collectives apart from those
+        tpf, tpb = ({k.__name__: v for k, v in c.get_comm_counts().items()} for c in (tp_f, tp_b))
+        counts.append({"tp_forward": {k: v for k, v in tpf.items() if not k.startswith("_")},
+                       "tp_backward": {k: v for k, v in tpb.items() if not k.startswith("_")},
+                       "commdebug_fsdp_forward": {k: v for k, v in tpf.items() if k.startswith("_")},
+                       "commdebug_fsdp_backward": {k: v for k, v in tpb.items() if k.startswith("_")},
                        "dp_forward": dp_f.summary(), "dp_backward": dp_b.summary()})
 
     # final parameters: full tensors (all-gather over both axes) against the reference

@@ -69,6 +69,8 @@ RUNS: list[tuple[str, int, list[str], str]] = [
     ("async_sgd", 2, [], "torchrun"),                  # Ch2-06: Hogwild!, PostLocalSGDOptimizer, outer steps
     ("async_sgd", 4, [], "torchrun"),                  # Ch2-06: the same with 4 ranks (counts, distances)
     ("mesh_3d", 4, [], "torchrun"),                    # Ch7-01: 2x2 dp x tp mesh, FSDP2 over TP: counts, loss
+    ("mesh_pp", 4, [], "torchrun"),                    # Ch7-01: (pp, tp) = (2, 2), pipelining + DTensor TP: counts, bytes, loss
+    ("mesh_pp", 8, [], "torchrun"),                    # Ch7-01: (dp, pp, tp) = (2, 2, 2) + FSDP2: counts only, no timing
     ("moe_ep", 2, [], "torchrun"),                     # Ch7-02: expert parallelism on 2 ranks: agreement, bytes, CF sweep
     ("moe_ep", 4, [], "torchrun"),                     # Ch7-02: the same on 4 ranks (counts only, no timing)
     ("dcp_bench", 2, [], "torchrun"),                  # Ch7-03: DCP FSDP2 -> 1 process / TP, async_save, exact resume
@@ -126,6 +128,10 @@ GPU_RUNS: list[GpuRun] = [
     GpuRun("ddp_accumulation", 2, what="Ch2-04: no_sync all-reduce counts, gradient equality, step time on CUDA"),
     GpuRun("moe_ep", 2, est_s=60, what="Ch7-02: expert-parallel MoE on NCCL: all-to-all splits, bytes, agreement, CF sweep"),
     GpuRun("mesh_3d", 4, est_s=60, what="Ch7-01: (dp, tp) DeviceMesh, FSDP2 over DTensor TP on NCCL: counts, loss vs 1 GPU"),
+    GpuRun("mesh_pp", 4, gpus=4, est_s=60,
+           what="Ch7-01: (pp, tp) = (2, 2), Schedule1F1B stages with DTensor TP on NCCL: counts, bytes, loss vs 1 GPU"),
+    GpuRun("mesh_pp", 8, gpus=8, est_s=60,
+           what="Ch7-01: (dp, pp, tp) = (2, 2, 2), pipelining + DTensor TP + FSDP2 on NCCL: counts, bytes, loss vs 1 GPU"),
     GpuRun("deepspeed_pipe", 2, gpus=2, what="Ch4-03: DeepSpeed PipelineModule instruction stream and loss on 2 GPUs"),
     GpuRun("dcp_bench", 2, gpus=2, est_s=60, what="Ch7-03: DCP save from FSDP2, reload 1 process / TP, async_save timing on GPU"),
     GpuRun("elastic_resume", 2, gpus=2, launcher="python", est_s=90,

@@ -121,18 +121,26 @@ def vectors() -> dict:
 
 
 def planner_vectors() -> list[dict]:
-    """planner_3d.plan on its own presets and two variations (only called when the module exists)."""
+    """planner_3d.plan on its own presets, variations, and every Assumptions field moved once (only called
+    when the module exists)."""
     from dataclasses import asdict, replace
 
     from snippets.common import planner_3d as pl
 
-    cases = [(pl.LLAMA70B, pl.H100_64, pl.BATCH_4M, zs, rc) for zs in (1, 3) for rc in ("selective", "full")]
-    cases.append((pl.LLAMA70B, replace(pl.H100_64, gpus=32), replace(pl.BATCH_4M, global_batch=256), 1, "none"))
+    A = pl.Assumptions()
+    cases = [(pl.LLAMA70B, pl.H100_64, pl.BATCH_4M, zs, rc, A) for zs in (1, 3) for rc in ("selective", "full")]
+    cases.append((pl.LLAMA70B, replace(pl.H100_64, gpus=32), replace(pl.BATCH_4M, global_batch=256), 1, "none", A))
+    for a in (pl.LEGACY, replace(A, tp_overlap=0.7), replace(A, mfu_curve=pl.halving_curve(8192, 0.1)),
+              replace(A, interleave=2), replace(A, shapes=False), replace(A, embeddings=False),
+              replace(A, uneven_stages=True), replace(A, grad_bytes=2)):
+        cases.append((pl.LLAMA70B, pl.H100_64, pl.BATCH_4M, 1, "selective", a))
+    cases.append((replace(pl.LLAMA70B, swiglu=False, ffn=0, kv_heads=0, dropout=True), pl.H100_64,
+                  replace(pl.BATCH_4M, micro_batch=2), 0, "none", replace(A, interleave=2)))
     out = []
-    for model, cluster, batch, zs, rc in cases:
-        rows = pl.plan(model, cluster, batch, zero_stage=zs, recompute=rc)
+    for model, cluster, batch, zs, rc, a in cases:
+        rows = pl.plan(model, cluster, batch, zero_stage=zs, recompute=rc, assume=a)
         out.append({"in": {"model": asdict(model), "cluster": asdict(cluster), "batch": asdict(batch),
-                           "zero_stage": zs, "recompute": rc}, "out": rows})
+                           "zero_stage": zs, "recompute": rc, "assume": asdict(a)}, "out": rows})
     return out
 
 

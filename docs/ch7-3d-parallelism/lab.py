@@ -1,115 +1,152 @@
 # %% [markdown]
-# # Chapter 7 실습: planner 로 배치를 고르고, 가장 작은 판을 실제로 돌려 비교하기
+# # Chapter 7 실습: 배치마다 오가는 bytes 를 예측하고, 실제 mesh 에서 재기
 #
-# 이 실습은 노트북 PC 의 CPU 에서 1 분 안팎에 돕니다. GPU 는 필요 없고, 마지막 단계에서 CPU process 4 개 (gloo) 를 띄웁니다.
+# 이 실습은 노트북 PC 의 CPU 에서 1 분 안팎에 돕니다. GPU 는 필요 없고, CPU process 4 개 (gloo) 를 두 번 띄웁니다.
 #
-# 1. [Ch7-01](01-3d-parallelism.md) 의 planner (`snippets/common/planner_3d.py`) 로 모델 하나를 cluster 하나에 배치합니다:
-#    모든 $(d, t, p)$ 를 평가하고 memory, 축별 통신, bubble, step 시간으로 순위를 매깁니다.
-# 2. 같은 planner 를 아주 작은 "cluster" (node 당 2 개, GPU 4 개) 와 작은 모델에 적용해, $p = 1$ 로 제한했을 때 고르는
-#    $d \times t$ 배치를 봅니다.
-# 3. 그 배치의 가장 작은 판 — 2×2 (dp, tp) `DeviceMesh` 위의 FSDP2 over DTensor TP — 를 `gpu_runs/mesh_3d.py` 로 실제로 돌립니다.
-# 4. rank 당 parameter bytes 와 step 당 collective 를 planner 와 정리 7.1.5 의 예측과 비교합니다.
+# [Ch7-01](01-3d-parallelism.md) 의 planner 는 후보를 줄여 줄 뿐, 가정의 폭 안에 있는 후보는 재서 골라야 합니다. 여기서는 그 "재기" 의
+# 가장 작은 판을 합니다. 시간은 재지 않습니다 (core 보다 process 가 많으면 scheduler 를 잽니다). 대신 **축마다 rank 가 보내는 collective 의
+# 수와 bytes** 를 먼저 식으로 예측하고, 실제 `DeviceMesh` 위에서 잽니다. 어느 배치도 강제하지 않습니다: 두 배치를 모두 돌리고 비교합니다.
+#
+# 1. 70B·64 GPU 에서 planner 의 상위 후보와, 가정 하나가 바뀔 때 순위가 어떻게 움직이는지.
+# 2. 작은 모델 (MLP block 4 개) 을 4 process 에 놓는 두 배치: $(d, p, t) = (2, 1, 2)$ 와 $(1, 2, 2)$. 축마다 보낼 양을 예측합니다.
+# 3. 두 배치를 `gpu_runs/mesh_pp.py` (pipelining stage + DTensor TP + FSDP2) 로 실제로 실행합니다. Worker 코드를 그대로 보입니다.
+# 4. 예측과 측정을 rank 마다 맞춥니다.
 
 # %%
+import inspect
 import json
 import os
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import snippets
+from snippets.ch7_3d_parallelism import d01_3d_parallelism as page
 from snippets.common import planner_3d as pl
-from snippets.common import tp_cost as tc
 
 ROOT = Path(snippets.__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 # %% [markdown]
 # ## 1. 70B 를 H100 64 개에: planner 의 상위 5 개
 #
-# 입력은 Ch7-01 과 같습니다 (Llama-2-70B 의 모양, node 당 8 GPU, GPU 당 72 GB 사용 가능, step 당 약 4M token).
+# 입력은 Ch7-01 과 같습니다 (Llama-2-70B 의 모양, node 당 8 GPU, GPU 당 72 GB, step 당 약 4M token). 기본 가정 (TP overlap 0 %, MFU 가
+# $t$ 와 무관) 의 상위 5 개를 보고, TP overlap 만 70 % 로 바꿔 다시 봅니다.
 
 # %%
-rows = pl.plan(pl.LLAMA70B, pl.H100_64, pl.BATCH_4M)
-print(f"{'d·t·p':>8} {'m':>5} {'links tp/pp/dp':>18} {'mem GB':>7} {'TP s':>6} {'PP s':>6} {'DP s':>6} {'bubble':>7} {'step s':>7}")
-for r in rows[:5]:
-    c = r["comm_s"]
-    print(f"{r['d']}·{r['t']}·{r['p']:<3} {r['m']:>5} {'/'.join(r['links'][a] for a in ('tp', 'pp', 'dp')):>18} "
-          f"{r['mem']['total'] / 1e9:7.1f} {c['tp']:6.2f} {c['pp']:6.2f} {c['dp']:6.2f} {r['bubble']:7.1%} {r['step_s']:7.1f}")
-print("TP 가 node 안 (intra) 인가, 상위 5 개 모두:", all(r["links"]["tp"] == "intra" for r in rows[:5]))
+M, C, B = pl.LLAMA70B, pl.H100_64, pl.BATCH_4M
+for name, a in (("기본 가정", pl.Assumptions()), ("TP overlap 70 %", replace(pl.Assumptions(), tp_overlap=0.7))):
+    rows = pl.plan(M, C, B, assume=a)
+    top = ", ".join(f"{r['d']}·{r['t']}·{r['p']} ({r['step_s']:.1f} s)" for r in rows[:5])
+    print(f"{name}: 상위 5 개 {top}")
+    print(f"  1 위와 5 위의 차이 {rows[4]['step_s'] / rows[0]['step_s'] - 1:.1%}, TP 는 모두 node 안: "
+          f"{all(r['links']['tp'] == 'intra' for r in rows[:5])}")
 
 # %% [markdown]
+# 상위 후보들이 몇 % 안에 모여 있고, 가정 하나로 순서가 바뀝니다. 그래서 고르는 것은 측정입니다. 이 노트북 PC 에서 잴 수 있는 것은
+# 시간이 아니라 *양* 이므로, 작은 모델로 축마다 오가는 양을 재 봅니다.
+#
 # ## 2. 작은 모델, 작은 cluster
 #
-# Node 당 2 개씩 4 개의 "GPU", ZeRO-3 (FSDP), pipeline 없음 ($p = 1$: 층이 작아 pipeline 의 이득이 없다고 가정). 모델은 3 절에서
-# 실제로 돌릴 MLP block 두 개의 크기입니다. ZeRO-3 의 model state 는 어느 배치든 $\psi/N$ 이므로 배치를 가르는 것은 activation 입니다.
-# GPU 의 memory 를 $t = 1$ 배치와 $t = 2$ 배치의 필요량 사이에 두면 — activation 을 TP 로 나눠야만 들어가는 상황 — planner 가
-# 무엇을 고르는지 봅니다. (Planner 의 activation 식은 transformer layer 용이라 MLP 에는 근사입니다; 여기서는 배치의 *구조* 를 봅니다.)
+# MLP block $L = 4$ 개 (폭 $h = 16$, 안쪽 $4h$), global batch $B = 16$ 행, micro-batch $m = 4$ 개, CPU process 4 개.
+# 두 배치를 비교합니다.
+#
+# - **A = $(d, p, t) = (2, 1, 2)$**: TP 2 개 × DP 2 개 (FSDP2), pipeline 없음.
+# - **B = $(1, 2, 2)$**: TP 2 개 × pipeline stage 2 개, DP 없음.
+#
+# **예측해 보세요** (다음 cell 을 실행하기 전에 적어 두십시오): rank 하나가 step 하나에 보내는 TP all-reduce 는 A 와 B 중 어느 쪽이 많은가?
+# Pipeline 의 send 는 B 의 stage 0 에서 몇 번인가? FSDP2 의 all-gather 는 A 에서 block 당 몇 번인가 (micro-batch 4 개, forward 와
+# backward 에 한 번씩이면 8 번)?
 
 # %%
-L, h = 2, 16
-psi = L * (h * 4 * h + 4 * h + 4 * h * h + h)
-small = pl.Model(layers=L, hidden=h, heads=4, seq=8, vocab=0, psi=psi)
-batch = pl.Batch(global_batch=8, micro_batch=1)
-probe = pl.Cluster(gpus=4, gpus_per_node=2, mem_bytes=float("inf"), intra_bw=100e9, inter_bw=10e9)
-need = {t: pl.evaluate(small, probe, batch, 4 // t, t, 1, zero_stage=3)["mem"]["total"] for t in (1, 2)}
-cluster = pl.Cluster(gpus=4, gpus_per_node=2, mem_bytes=(need[1] + need[2]) / 2, intra_bw=100e9, inter_bw=10e9)
-print(f"필요 memory: t = 1 {need[1]:,.0f} B, t = 2 {need[2]:,.0f} B → GPU 당 {cluster.mem_bytes:,.0f} B 로 둠")
-plan = [r for r in pl.plan(small, cluster, batch, zero_stage=3) if r["p"] == 1]
-for r in plan:
-    print(f"d·t·p = {r['d']}·{r['t']}·{r['p']}: model states {sum(r['mem'][k] for k in ('params', 'grads', 'optimizer')):,.0f} B, "
-          f"activation {r['mem']['activations']:,.0f} B, 들어가는가 {r['fits']}, links {r['links']}")
-best = next(r for r in plan if r["fits"])
-print(f"\n선택: d = {best['d']}, t = {best['t']} (TP 는 {best['links']['tp']}, DP 는 {best['links']['dp']})")
+from gpu_runs import mesh_pp
+
+cfg = dict(mesh_pp.PRESETS["tiny"])   # the preset the runs below use: L, h, B, m, schedule
+layouts = {"A": (2, 1, 2), "B": (1, 2, 2)}
+pred = {k: {pp_rank: page.mesh_pp_prediction(cfg, d, p, t, pp_rank) for pp_rank in range(p)}
+        for k, (d, p, t) in layouts.items()}
+for k, (d, p, t) in layouts.items():
+    for s, x in pred[k].items():
+        print(f"배치 {k} (d, p, t) = ({d}, {p}, {t}), stage {s}: TP all-reduce {x['tp_all_reduce']} 번 "
+              f"({x['tp_all_reduce_bytes']:,} B), PP send {x['p2p_isend']} 번 ({x['p2p_bytes_each_way']:,} B), "
+              f"FSDP all-gather {x['fsdp_all_gather']} 번 ({x['fsdp_all_gather_bytes']:,} B), "
+              f"reduce-scatter {x['fsdp_reduce_scatter']} 번")
+
+# %% [markdown]
+# 예측의 근거: TP 는 micro-batch 마다 block 당 forward 1 번, backward 1 번 (첫 stage 의 첫 block 만 backward 0 번), 크기는 micro-batch 의
+# activation $(B/(d m)) \cdot h \cdot 4$ bytes 입니다. A 는 한 rank 가 block 4 개를 모두 갖고 micro-batch 가 작으며 ($B/(dm) = 2$ 행), B 는
+# stage 가 block 2 개만 갖고 micro-batch 가 큽니다 (4 행). FSDP2 의 all-gather 수는 1F1B 의 순서가 정합니다 (Ch7-01 실험 6):
+
+# %%
+from snippets.common import pipeline_sim as ps
+
+print(inspect.getsource(page.fsdp_gathers_in_pipeline))
+order = ps.rank_order("1f1b", 0, 1, 4)
+print("p = 1 의 순서:", " ".join(a + str(mb) for a, mb, _ in order), "→ block 당 all-gather",
+      page.fsdp_gathers_in_pipeline(order), "번")
 
 # %% [markdown]
 # ## 3. 가장 작은 판을 실제로: 2×2 mesh
 #
-# `gpu_runs/mesh_3d.py` 의 tiny preset 을 `torchrun` 으로 4 개 process 에 띄웁니다. 이 프로그램은 한 process 에서 같은 모델을 같은
-# batch 로 학습한 결과와 loss, parameter 를 비교하고, pass 마다 collective 를 셉니다.
+# 각 process 가 실행하는 코드입니다 (`gpu_runs/mesh_pp.py`): 자기 stage 의 block 만 만들고, TP 를 걸고, $d > 1$ 이면 FSDP2 를 겁니다.
+# 그다음 `Schedule1F1B` 가 micro-batch 를 흘리고, 세는 장치 셋 (TP 의 functional collective, FSDP2 의 호출, pipeline 의 P2P) 이 그 step 을 셉니다.
 
 # %%
-assert (best["d"], best["t"]) == (2, 2), best
-out = Path(tempfile.mkdtemp(prefix="ch7-lab-"))
+print(inspect.getsource(mesh_pp.build_stage))
+src = inspect.getsource(mesh_pp.measure)
+print(src[src.index("        mb_losses = []"):src.index("        opt.zero_grad()") + len("        opt.zero_grad()")])
+
+# %% [markdown]
+# 두 배치를 `torchrun` 으로 4 process 에 띄웁니다 (각각 10 초 안팎). 프로그램은 같은 모델을 한 process 에서 같은 batch 로 학습한 결과와
+# loss, parameter 를 비교합니다.
+
+# %%
 env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1",
        "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
 torchrun = str(Path(sys.executable).with_name("torchrun"))
-proc = subprocess.run([torchrun, "--standalone", "--nproc_per_node=4", "gpu_runs/mesh_3d.py", "--preset", "tiny",
-                       "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-assert proc.returncode == 0, proc.stderr[-2000:]
-run = json.loads(next(out.glob("*.json")).read_text())
-m = run["measurements"]
-print(f"world {run['hardware']['world_size']}, mesh {m['mesh']}; 한 process 와의 loss 최대 차이 {m['max_abs_loss_diff']:.1e}, "
-      f"parameter 최대 차이 {m['max_abs_param_diff']:.1e}")
+runs = {}
+for k, (d, p, t) in layouts.items():
+    out = Path(tempfile.mkdtemp(prefix=f"ch7-lab-{k}-"))
+    proc = subprocess.run([torchrun, "--standalone", "--nproc_per_node=4", "gpu_runs/mesh_pp.py", "--preset", "tiny",
+                           "--pp", str(p), "--tp", str(t), "--out", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    runs[k] = json.loads(next(out.glob("*.json")).read_text())
+    m = runs[k]["measurements"]
+    print(f"배치 {k}: mesh {m['mesh']}; 한 process 와의 loss 최대 차이 {m['max_abs_loss_diff']:.1e}, "
+          f"parameter 최대 차이 {m['max_abs_param_diff']:.1e}")
 
 # %% [markdown]
 # ## 4. 계획과 측정
 #
-# Planner 의 model state 는 ZeRO-3 (FSDP) 에서 rank 당 $\psi/(t \cdot d)$ 개 parameter 입니다. 측정은 fp32 parameter 의 local shard 입니다.
-# 차이는 TP 가 복제하는 `RowwiseParallel` 의 bias ($L \cdot h$ 개) 뿐이라는 것이 정리 7.1.5 입니다. 통신은 TP 가 block 마다 forward 1 번
-# (transformer layer 는 attention 과 MLP 에 하나씩 2 번: `tp_cost`), backward 는 첫 block 을 빼고 1 번, FSDP 는 block 마다 all-gather
-# 2 번과 reduce-scatter 1 번입니다.
+# rank 마다 측정을 예측과 맞춥니다. 같은 stage 의 rank 는 같은 수를 부릅니다.
 
 # %%
-d, t = best["d"], best["t"]
-plan_params = psi / (t * d)
-replicated = L * h
-for rk in m["ranks"]:
-    local = rk["local_param_bytes"] / 4
-    c = rk["counts_step0"]
-    print(f"rank {rk['rank']} (dp {rk['dp_rank']}, tp {rk['tp_rank']}): parameter {local:,.0f} = 계획 {plan_params:,.0f} "
-          f"+ 복제 bias 몫 {replicated * (1 / d - 1 / (d * t)):,.0f} → {local == plan_params + replicated * (1 / d - 1 / (d * t))}; "
-          f"TP all-reduce fwd/bwd {c['tp_forward'].get('all_reduce')}/{c['tp_backward'].get('all_reduce')}, "
-          f"FSDP AG {c['dp_forward']['all_gather_single']['calls']}+{c['dp_backward']['all_gather_single']['calls']}, "
-          f"RS {c['dp_backward']['reduce_scatter_single']['calls']}")
-per_layer = tc.tp_collectives_per_layer()
-ok = all(rk["counts_step0"]["tp_forward"].get("all_reduce") == L * per_layer["forward"]["all_reduce"] // 2
-         and rk["counts_step0"]["tp_backward"].get("all_reduce") == L - 1
-         and rk["counts_step0"]["dp_backward"]["reduce_scatter_single"]["calls"] == L for rk in m["ranks"])
-print("계획과 측정이 모든 rank 에서 맞는가:", ok)
+for k, (d, p, t) in layouts.items():
+    m = runs[k]["measurements"]
+    ok = True
+    for rk in m["ranks"]:
+        meas = page.mesh_pp_measured(rk)
+        same = meas == pred[k][rk["pp_rank"]]
+        ok &= same
+        print(f"배치 {k}, rank {rk['rank']} (dp {rk['dp_rank']}, pp {rk['pp_rank']}, tp {rk['tp_rank']}): TP {meas['tp_all_reduce']} 번 "
+              f"{meas['tp_all_reduce_bytes']:,} B, PP send {meas['p2p_isend']} 번, FSDP all-gather {meas['fsdp_all_gather']} 번 "
+              f"{meas['fsdp_all_gather_bytes']:,} B → 예측과 같은가 {same}")
+    print(f"배치 {k}: 예측과 측정이 모든 rank 에서 같은가: {ok}")
+a0, b0 = page.mesh_pp_measured(runs["A"]["measurements"]["ranks"][0]), page.mesh_pp_measured(runs["B"]["measurements"]["ranks"][0])
+print(f"\nrank 0 의 collective 크기 S 의 합 (nccl-tests 의 S: all-reduce 는 입력, all-gather 는 모은 출력): 배치 A 는 TP {a0['tp_all_reduce_bytes']:,} + FSDP {a0['fsdp_all_gather_bytes'] + a0['fsdp_reduce_scatter_bytes']:,}"
+      f", 배치 B 는 TP {b0['tp_all_reduce_bytes']:,} + PP {b0['p2p_bytes_each_way']:,}. "
+      f"이 작은 모델에서는 {'A' if a0['tp_all_reduce_bytes'] + a0['fsdp_all_gather_bytes'] > b0['tp_all_reduce_bytes'] + b0['p2p_bytes_each_way'] else 'B'} 가 더 많이 옮깁니다.")
 
 # %% [markdown]
+# 이 작은 모델은 parameter 에 비해 activation 이 작아서 FSDP2 의 all-gather (parameter) 가 TP 의 all-reduce (activation) 보다 큽니다. 70B 에서는
+# 반대입니다 (Ch7-01 정리 7.1.3: step 당 token 이 수백만이면 TP 의 양이 DP 의 수백 배). 같은 식이 두 경우를 모두 맞힙니다: 예측과 측정이
+# 같다는 것은 *식의 구조* 가 맞다는 뜻이고, 어느 배치가 빠른지는 그 양을 각 링크의 대역폭으로 나눈 뒤에야 정해집니다.
+#
 # ## 해볼 것
 #
-# - 2 절의 `mem_bytes` 를 `need[1]` 보다 크게 하면 planner 는 무엇을 고르는가? 그 배치에서 TP 는 왜 필요 없어지는가?
-# - `intra_bw` 와 `inter_bw` 를 바꿔 TP 를 node 밖으로 내보내면 (node 당 1 개) 1 절의 순위는 어떻게 바뀌는가? (`max_t` 인자도 보세요.)
+# - `gpu_runs/mesh_pp.py` 의 tiny preset 에서 `B` 를 64 로 키우면 (token 을 늘리면) 배치 A 와 B 의 TP bytes 와 FSDP bytes 는 각각 어떻게 변하는가? 먼저 식으로 예측하십시오.
+# - `--schedule GPipe` 로 배치 A 를 다시 돌리면 FSDP2 의 all-gather 는 block 당 몇 번인가? (`page.fsdp_gathers_in_pipeline` 에 GPipe 의 순서를 넣어 보십시오.)
+# - 1 절에서 `micro_batch=2` 로 바꾸면 상위 5 개는 어떻게 바뀌는가? 왜 $t = 4$ 배치가 사라지는가?

@@ -192,3 +192,389 @@ def gemm_table(r, mfu: float, focus: tuple[int, int] | None = None, flops: float
                      "와는 비교하지 않습니다. 효율은 이 하드웨어 자신의 peak 에 대한 비율입니다")
     line = "; ".join(parts) + "."
     return table + "\n\n" + line
+
+
+# --------------------------------------------------------------------------- the pipeline axis (gpu_runs/mesh_pp.py)
+
+# --8<-- [start:fsdp_pp]
+def fsdp_gathers_in_pipeline(order: list[tuple], reshard_after_forward: bool = True) -> int:
+    """All-gathers of one FSDP2 block along one rank's pipeline order (pipeline_sim.rank_order: ('F'|'B', mb, chunk)).
+
+    The rule is the installed code's: a forward or backward gathers the block's parameters when they are
+    sharded (FSDPParamGroup.unshard); after a forward they are resharded if reshard_after_forward
+    (_fsdp_param_group.py, reshard: FORWARD state); after a backward they are resharded only if
+    reshard_after_backward, which the pipeline stage sets False for every micro-batch
+    (pipelining/stage.py, backward_maybe_with_nosync) and True only in perform_reduce_grad, after the last."""
+    sharded, gathers = True, 0
+    for kind, _, _ in order:
+        if sharded:
+            gathers += 1
+            sharded = False
+        if kind == "F" and reshard_after_forward:
+            sharded = True
+    return gathers
+# --8<-- [end:fsdp_pp]
+
+
+def mesh_pp_prediction(params: dict, d: int, p: int, t: int, pp_rank: int) -> dict:
+    """What one rank of the (dp, pp, tp) run must record for one step, from the shapes and the schedule.
+
+    TP (RowwiseParallel's output all-reduce forward, ColwiseParallel's input all-reduce backward, Ch3): per
+    micro-batch, one forward all-reduce per block, one backward all-reduce per block except the first
+    block of the first stage (its input needs no gradient); each of S = (B/(d·m))·h·4 bytes.
+    Pipeline: every stage but the last sends m activations and receives m gradients, every stage but the
+    first receives m activations and sends m gradients, each S bytes. FSDP2 (d > 1): per block the
+    all-gathers of fsdp_gathers_in_pipeline along this rank's 1F1B (or GPipe) order, each gathering the
+    block's TP piece; one reduce-scatter per block (after the last micro-batch), the same bytes."""
+    from snippets.common import pipeline_sim as ps
+
+    L, h, B, m = params["L"], params["h"], params["B"], params["m"]
+    blocks = L // p
+    S = B // (d * m) * h * 4
+    first, last = pp_rank == 0, pp_rank == p - 1
+    ar = blocks * m + (blocks - (1 if first else 0)) * m
+    sends = (0 if last else m) + (0 if first else m)
+    piece = ((h * 4 * h) / t + 4 * h / t + (4 * h * h) / t + h) * 4   # up (col), its bias, down (row), bias (replicated)
+    sched = {"1F1B": "1f1b", "GPipe": "gpipe"}[params.get("schedule", "1F1B")]
+    gathers = fsdp_gathers_in_pipeline(ps.rank_order(sched, pp_rank, p, m)) if d > 1 else 0
+    return {"tp_all_reduce": ar, "tp_all_reduce_bytes": ar * S, "p2p_isend": sends, "p2p_irecv": sends,
+            "p2p_bytes_each_way": sends * S, "fsdp_all_gather": blocks * gathers,
+            "fsdp_all_gather_bytes": int(round(blocks * gathers * piece)),
+            "fsdp_reduce_scatter": blocks if d > 1 else 0,
+            "fsdp_reduce_scatter_bytes": int(round(blocks * piece)) if d > 1 else 0}
+
+
+def mesh_pp_measured(rank: dict) -> dict:
+    c = rank["counts_step0"]
+    ag, rs = c["fsdp"].get("all_gather_single", {}), c["fsdp"].get("reduce_scatter_single", {})
+    ar = c["tp"].get("all_reduce", {})
+    return {"tp_all_reduce": ar.get("calls", 0), "tp_all_reduce_bytes": ar.get("bytes", 0),
+            "p2p_isend": c["p2p"]["isend"]["calls"], "p2p_irecv": c["p2p"]["irecv"]["calls"],
+            "p2p_bytes_each_way": c["p2p"]["isend"]["bytes"],
+            "fsdp_all_gather": ag.get("calls", 0), "fsdp_all_gather_bytes": ag.get("bytes", 0),
+            "fsdp_reduce_scatter": rs.get("calls", 0), "fsdp_reduce_scatter_bytes": rs.get("bytes", 0)}
+
+
+MESH_PP_NAMES = {"tp_all_reduce": "TP all-reduce", "p2p_isend": "PP send (activation + gradient)",
+                 "fsdp_all_gather": "FSDP all-gather", "fsdp_reduce_scatter": "FSDP reduce-scatter"}
+
+
+def mesh_pp_tables(r) -> str:
+    """One mesh_pp results file: the loss against one process, then per pipeline stage (first rank of each
+    stage: every rank of a stage records the same, the test checks all) predicted vs measured calls."""
+    from snippets import results
+
+    m = r.measurements
+    head = (f"(dp, pp, tp) = ({m['d']}, {m['p']}, {m['t']}), micro-batch {m['m']} 개, L = {r.params['L']}, "
+            f"h = {r.params['h']}, schedule {r.params['schedule']}; 한 process 와의 loss 최대 차이 "
+            f"{m['max_abs_loss_diff']:.1e}, parameter 최대 차이 {m['max_abs_param_diff']:.1e}")
+    rows = []
+    for k in range(m["p"]):
+        rk = next(x for x in m["ranks"] if x["pp_rank"] == k)
+        pred, meas = mesh_pp_prediction(r.params, m["d"], m["p"], m["t"], k), mesh_pp_measured(rk)
+        for key, name in MESH_PP_NAMES.items():
+            if m["d"] == 1 and key.startswith("fsdp"):
+                continue
+            rows.append([f"stage {k}", name, pred[key], meas[key]])
+    return head + "\n\n" + results.markdown_table(["stage", "collective (step 당, rank 당)", "예측", "측정"], rows)
+
+
+# --------------------------------------------------------------------------- published layouts (validation)
+
+# --8<-- [start:published]
+# Megatron-LM's own scripts for Narayanan et al. 2021 (arXiv 2104.04473v5): examples/sc21/run_table_1.sh (Table 1,
+# weak scaling: TP, PP, micro-batch MBS, global batch GBS, layers, hidden, heads, nodes of 8 A100-80GB; the
+# interleaved rows set --num-layers-per-virtual-pipeline-stage, so v = L/(p·that)) and run_figure_13.sh
+# (Fig. 13: 162.2B, L 32, h 20480, a 128, 8 nodes, MBS 1, GBS 32 or 128, t = 64/p). Every model there:
+# vocabulary 51,200, sequence 2,048 (the repository README), GELU 4h, MHA, full recomputation (--recompute-method
+# uniform), fp16 with fp32 main gradients and no distributed optimizer: 2 + 4 + 12 = 18 B/param.
+NARAYANAN_TABLE1 = [  # (label, L, h, a, nodes, t, p, MBS, GBS, layers per virtual stage or None)
+    ("145.6B", 80, 12288, 96, 192, 8, 8, 2, 2304, 5),
+    ("310.1B", 96, 16384, 128, 240, 8, 16, 1, 2160, 3),
+    ("529.6B", 105, 20480, 128, 315, 8, 35, 1, 2520, 1),
+    ("1008.0B", 128, 25600, 160, 384, 8, 64, 1, 3072, None),
+]
+NARAYANAN_FIG13 = (32, 20480, 128, 8)  # L, h, a, nodes; (t, p) with t·p = 64, d = 1
+# A100-SXM4-80GB: 312 TFLOP/s dense bf16/fp16; NVLink 3 600 GB/s both directions -> 300e9 per direction; one
+# HDR 200 Gb/s NIC per GPU on DGX A100 (Selene) -> 25e9 per direction (ERRATA row 8). 72 GB usable as for H100.
+A100_NODE = dict(gpus_per_node=8, mem_bytes=72e9, intra_bw=300e9, inter_bw=25e9, flops=312e12, mfu=0.5)
+# Llama 3 405B (Dubey et al. 2024, §3.3.2, Table 4): 8,192 H100 with TP 8, CP 1, PP 16 (DP = 8192/128 = 64),
+# sequence 8,192, 16M tokens per batch; the model (Table 3): 126 layers, h 16,384, FFN 53,248, 128 heads,
+# 8 KV heads, vocabulary 128,256; FSDP for the data-parallel axis (ZeRO-3 here), stages of ⌈126/16⌉ layers.
+LLAMA3_405B = (126, 16384, 128, 8, 53248, 128256)
+# --8<-- [end:published]
+
+
+def narayanan_inputs(row, assume=None):
+    """(model, cluster, batch, assume, zero_stage, recompute, published (d, t, p)) of one Table 1 row."""
+    from dataclasses import replace
+
+    label, L, h, a, nodes, t, p, mbs, gbs, per_virtual = row
+    n = nodes * 8
+    model = pl.Model(layers=L, hidden=h, heads=a, seq=2048, vocab=51200, psi=12 * L * h * h + 51200 * h)
+    cluster = pl.Cluster(gpus=n, **A100_NODE)
+    v = L // (p * per_virtual) if per_virtual else 1
+    base = assume or pl.Assumptions()
+    return (model, cluster, pl.Batch(gbs, mbs), replace(base, grad_bytes=4, interleave=v), 0, "full",
+            (n // (t * p), t, p))
+
+
+def validate_row(model, cluster, batch, assume, zero_stage, recompute, published, max_t=None):
+    """The planner on a published case: its ranking, where the published layout sits, and why."""
+    rows = pl.plan(model, cluster, batch, zero_stage, recompute, max_t=max_t, assume=assume)
+    d, t, p = published
+    pub = next((r for r in rows if (r["d"], r["t"], r["p"]) == (d, t, p)), None)
+    if pub is None:   # not in the planner's search space (e.g. interleaving invalid): evaluate it alone
+        pub = pl.evaluate(model, cluster, batch, d, t, p, zero_stage, recompute, assume)
+    best = rows[0]
+    feasible = [r for r in rows if r["fits"]]
+    return {"best": best, "published": pub, "rank": rows.index(pub) + 1 if pub in rows else None,
+            "gap": pub["step_s"] / best["step_s"] - 1, "feasible": len(feasible), "layouts": len(rows),
+            "same_t": best["t"] == t}
+
+
+def fig13_choice(tp_overlap: float, gbs: int, mfu_curve: tuple = ()) -> tuple[int, int]:
+    """Narayanan Fig. 13's question to the planner: 162.2B on 64 A100, d = 1, t·p = 64: the fastest (t, p)."""
+    from dataclasses import replace
+
+    L, h, a, nodes = NARAYANAN_FIG13
+    model = pl.Model(layers=L, hidden=h, heads=a, seq=2048, vocab=51200, psi=12 * L * h * h + 51200 * h)
+    cluster = replace(pl.Cluster(gpus=64, **A100_NODE), mem_bytes=float("inf"))
+    A = pl.Assumptions(tp_overlap=tp_overlap, grad_bytes=4, mfu_curve=mfu_curve)
+    rows = [pl.evaluate(model, cluster, pl.Batch(gbs, 1), 1, 64 // p, p, 0, "full", A) for p in (2, 4, 8, 16, 32)]
+    best = min(rows, key=lambda r: r["step_s"])
+    return best["t"], best["p"]
+
+
+def llama3_inputs(assume=None):
+    from dataclasses import replace
+
+    L, h, a, kv, f, V = LLAMA3_405B
+    model = pl.Model(layers=L, hidden=h, heads=a, seq=8192, vocab=V, psi=405e9, ffn=f, kv_heads=kv,
+                     swiglu=True, dropout=False)
+    cluster = pl.Cluster(gpus=8192, gpus_per_node=8, mem_bytes=72e9, intra_bw=450e9, inter_bw=50e9)
+    base = assume or pl.Assumptions()
+    return (model, cluster, pl.Batch(2048, 1), replace(base, uneven_stages=True), 3, "selective", (64, 8, 16))
+
+
+# --------------------------------------------------------------------------- sensitivity
+
+def sensitivity_rows(model=pl.LLAMA70B, cluster=pl.H100_64, batch=pl.BATCH_4M) -> list[dict]:
+    """The 70B / 64-GPU ranking under the second edition's assumptions (LEGACY), under today's defaults, and
+    with each assumption moved once: the winner, the best t = 8 layout's place and its gap to the winner."""
+    from dataclasses import replace
+
+    A = pl.Assumptions()
+    cases = [("2판 planner (LEGACY)", pl.LEGACY),
+             ("+ fp32 gradient (6 + 12/d B/param)", replace(pl.LEGACY, grad_bytes=4)),
+             ("+ SwiGLU·GQA 모양, embedding·LM head", replace(pl.LEGACY, grad_bytes=4, shapes=True, embeddings=True)),
+             ("= 3판 기본값 (TP overlap 0 %, MFU 평평)", A)]
+    cases += [(f"TP overlap {int(100 * o)} %", replace(A, tp_overlap=o)) for o in (0.5, 0.7, 1.0)]
+    cases += [(f"MFU: h/t 가 반이 될 때마다 −{int(100 * x)} %", replace(A, mfu_curve=pl.halving_curve(model.hidden, x)))
+              for x in (0.05, 0.1)]
+    cases += [("interleave v = 2", replace(A, interleave=2)),
+              ("micro-batch b = 2", A)]
+    out = []
+    for name, a in cases:
+        bt = replace(batch, micro_batch=2) if name.startswith("micro-batch") else batch
+        rows = pl.plan(model, cluster, bt, assume=a)
+        best = rows[0]
+        t8 = min((r for r in rows if r["t"] == 8 and r["fits"]), key=lambda r: r["step_s"], default=None)
+        out.append({"name": name, "assume": a, "best": best, "t8": t8, "rows": rows,
+                    "t8_rank": rows.index(t8) + 1 if t8 else None,
+                    "t8_gap": t8["step_s"] / best["step_s"] - 1 if t8 else None,
+                    "fits": sum(r["fits"] for r in rows)})
+    return out
+
+
+def sensitivity_table(rows: list[dict]) -> list[list]:
+    return [[x["name"], f"{x['best']['d']}·{x['best']['t']}·{x['best']['p']}", f"{x['best']['step_s']:.1f}",
+             "—" if not x["t8"] else f"{x['t8']['d']}·8·{x['t8']['p']} ({x['t8_rank']} 위, {100 * x['t8_gap']:+.0f} %)",
+             x["fits"]] for x in rows]
+
+
+SENSITIVITY_HEADER = ["가정", "1 위 d·t·p", "1 위 step s", "가장 빠른 t = 8 (순위, 1 위 대비)", "들어가는 배치 수"]
+
+
+def overlap_threshold(model=pl.LLAMA70B, cluster=pl.H100_64, batch=pl.BATCH_4M, step: float = 0.05) -> float | None:
+    """The smallest TP overlap (on a grid of `step`) at which the planner's winner has t = 8, None if none does."""
+    from dataclasses import replace
+
+    for k in range(int(round(1 / step)) + 1):
+        o = k * step
+        if pl.plan(model, cluster, batch, assume=replace(pl.Assumptions(), tp_overlap=o))[0]["t"] == 8:
+            return round(o, 4)
+    return None
+
+
+# --------------------------------------------------------------------------- the device mesh over nodes (📖)
+
+def mesh_groups(d: int, p: int, t: int) -> dict:
+    """Definition 7.1.1's groups: rank r = r_tp + t·(r_pp + p·r_dp); a group is the ranks whose other two
+    coordinates agree. Returns {axis: [sorted rank lists]}."""
+    coord = {r_tp + t * (r_pp + p * r_dp): (r_dp, r_pp, r_tp)
+             for r_dp in range(d) for r_pp in range(p) for r_tp in range(t)}
+    groups = {"tp": {}, "pp": {}, "dp": {}}
+    for r, (a, b, c) in coord.items():
+        groups["tp"].setdefault((a, b), []).append(r)
+        groups["pp"].setdefault((a, c), []).append(r)
+        groups["dp"].setdefault((b, c), []).append(r)
+    return {k: sorted(sorted(g) for g in v.values()) for k, v in groups.items()}
+
+
+# --8<-- [start:mesh_figure]
+def mesh_figure(d: int = 2, p: int = 2, t: int = 2, g: int = 4) -> str:
+    """SVG: N = d·p·t GPUs in nodes of g, each labelled with its rank and (dp, pp, tp) coordinate; TP groups
+    joined by a thick bar (inside a node: NVLink), PP neighbours by an arrow (stage k → k+1: activations
+    forward, gradients back), DP groups by a dashed arc (the gradient reduction; here across nodes)."""
+    from snippets.common import figures
+
+    n = d * p * t
+    groups = mesh_groups(d, p, t)
+    fig, ax = figures.new(7.2, 2.9)
+    xy = {r: (r + (r // g) * 0.6, 0.0) for r in range(n)}
+    for node in range(n // g):
+        x0 = node * (g + 0.6) - 0.5
+        ax.add_patch(figures.plt.Rectangle((x0, -0.75), g, 1.5, fill=False, ls="-", lw=1.0, ec="#888"))
+        ax.text(x0 + g / 2, 0.9, f"node {node} (NVLink)", ha="center", fontsize=8, color="#555")
+    colours = ["#4C72B0", "#DD8452", "#55A868", "#C44E52"]
+    for r, (x, y) in xy.items():
+        r_tp, r_pp, r_dp = r % t, (r // t) % p, r // (t * p)
+        ax.add_patch(figures.plt.Rectangle((x - 0.38, y - 0.38), 0.76, 0.76, color=colours[r_pp % 4], alpha=0.85))
+        ax.text(x, y + 0.08, f"{r}", ha="center", va="center", fontsize=9, color="white", weight="bold")
+        ax.text(x, y - 0.22, f"{r_dp},{r_pp},{r_tp}", ha="center", va="center", fontsize=6, color="white")
+    for grp in groups["tp"]:
+        xs = [xy[r][0] for r in grp]
+        ax.plot([min(xs) - 0.3, max(xs) + 0.3], [-0.5, -0.5], color="k", lw=3, solid_capstyle="butt")
+    for grp in groups["pp"]:
+        for a, b in zip(grp, grp[1:]):
+            ax.annotate("", xy=(xy[b][0] - 0.1, 0.45), xytext=(xy[a][0] + 0.1, 0.45),
+                        arrowprops=dict(arrowstyle="<->", color="#333", lw=1.0, connectionstyle="arc3,rad=-0.3"))
+    for grp in groups["dp"]:
+        for a, b in zip(grp, grp[1:]):
+            ax.annotate("", xy=(xy[b][0], -0.62), xytext=(xy[a][0], -0.62),
+                        arrowprops=dict(arrowstyle="-", color="#C44E52", lw=1.0, ls="--",
+                                        connectionstyle="arc3,rad=0.25"))
+    ax.text(-0.5, -1.25, f"(dp, pp, tp) = ({d}, {p}, {t}); 색 = pipeline stage; 굵은 막대 = TP group; "
+            "화살표 = PP 이웃; 빨간 점선 = DP group", fontsize=7.5)
+    ax.set_xlim(-0.7, n + (n // g) * 0.6 - 0.3)
+    ax.set_ylim(-1.4, 1.1)
+    ax.axis("off")
+    return figures.svg(fig)
+# --8<-- [end:mesh_figure]
+
+
+# --------------------------------------------------------------------------- tables the page prints
+
+ASSUMPTION_MEANING = {
+    "tp_overlap": "TP 통신 중 계산 뒤에 숨는 비율 (async TP)",
+    "mfu_curve": "GEMM 효율 η(h/t) 의 점들; 비면 MFU 가 t 와 무관",
+    "grad_bytes": "gradient 한 원소의 bytes (Megatron distributed optimizer: fp32 → 6 + 12/d B/param)",
+    "shapes": "FLOPs·parameter·activation 을 GQA·SwiGLU 모양으로 (아니면 12Lh², MHA·GELU)",
+    "embeddings": "embedding 은 첫 stage, LM head 와 logits 는 마지막 stage",
+    "interleave": "rank 당 model chunk 수 v (bubble (p−1)/(v·m), P2P × v)",
+    "logits_bytes": "loss 를 위해 남기는 logit 한 개의 bytes (fp32)",
+    "uneven_stages": "p ∤ L 허용 (stage 당 ⌈L/p⌉ layer)",
+}
+
+
+def assumptions_rows(a: pl.Assumptions) -> list[list]:
+    from dataclasses import asdict
+
+    return [[k, "()" if k == "mfu_curve" and not v else v, ASSUMPTION_MEANING[k]] for k, v in asdict(a).items()]
+
+
+def ranking_table(rows: list[dict], k: int, extra: list[dict] = ()) -> list[list]:
+    """Six columns: rank, layout, memory (worst stage), exposed TP s, bubble, step s."""
+    out = []
+    for r in list(rows[:k]) + [x for x in extra if x not in rows[:k]]:
+        out.append([rows.index(r) + 1, f"{r['d']}·{r['t']}·{r['p']}",
+                    f"{r['mem']['total'] / 1e9:.1f} ({'첫' if r['mem']['stage'] == 'first' else '끝'})"
+                    + ("" if r["fits"] else " ✗"),
+                    f"{r['comm_s']['tp']:.1f}", f"{100 * r['bubble']:.1f}%", f"{r['step_s']:.1f}"])
+    return out
+
+
+RANKING_HEADER = ["순위", "d·t·p", "GB / GPU (stage)", "TP s (노출)", "bubble", "step s"]
+
+
+def validation() -> list[dict]:
+    """Every published case beside the planner (today's default assumptions, the paper's own inputs), with the
+    verdict and the reason the page prints."""
+    out = []
+    for row in NARAYANAN_TABLE1:
+        v = validate_row(*narayanan_inputs(row))
+        model, cluster, batch, a, zs, rc, pub = narayanan_inputs(row)
+        rows = pl.plan(model, cluster, batch, zs, rc, assume=a)
+        fit_t = sorted({r["t"] for r in rows if r["fits"]})
+        out.append({"case": f"Narayanan Table 1, {row[0]} ({cluster.gpus} A100)", "published": pub,
+                    "best": v["best"], "rank": v["rank"], "gap": v["gap"], "agree_t": v["same_t"],
+                    "fit_t": fit_t,
+                    "reason": f"memory: 들어가는 배치의 t 가 {fit_t} 뿐" if max(fit_t) == 8 and min(fit_t) == 8
+                    else f"들어가는 t: {fit_t}; 시간으로 t = {v['best']['t']}"})
+    for gbs in (32, 128):
+        lo = max(o for o in [k / 20 for k in range(21)] if fig13_choice(o, gbs) == (8, 8))
+        out.append({"case": f"Narayanan Fig. 13, 162.2B, 64 A100, B = {gbs}", "published": (1, 8, 8),
+                    "best": None, "rank": None, "gap": None, "agree_t": fig13_choice(0.0, gbs) == (8, 8),
+                    "overlap_max": lo,
+                    "reason": f"TP overlap ≤ {lo:.0%} 이면 (t, p) = (8, 8); 그 위에서는 node 를 건너는 TP 도 숨는다고 "
+                              f"보아 t > 8 을 고름 (비현실적)"})
+    model, cluster, batch, a, zs, rc, pub = llama3_inputs()
+    v = validate_row(model, cluster, batch, a, zs, rc, pub)
+    out.append({"case": "Llama 3 405B, 8,192 H100 (TP 8, PP 16, DP 64)", "published": pub, "best": v["best"],
+                "rank": v["rank"], "gap": v["gap"], "agree_t": v["best"]["t"] == 8,
+                "pub_mem": v["published"]["mem"]["total"], "feasible": v["feasible"],
+                "reason": f"어느 배치도 {cluster.mem_bytes / 1e9:.0f} GB 에 안 들어감 (공개 배치 "
+                          f"{v['published']['mem']['total'] / 1e9:.0f} GB): activation 모델이 보수적; 시간 순위는 t = "
+                          f"{v['best']['t']}"})
+    sens = {x["name"]: x for x in sensitivity_rows()}
+    base = sens["= 3판 기본값 (TP overlap 0 %, MFU 평평)"]
+    thr = overlap_threshold()
+    b2 = sens["micro-batch b = 2"]
+    out.append({"case": "Playbook Step 1·3 (10–100B: TP = 8 + PP 또는 ZeRO-3) ↔ 70B, 64 H100", "published": None,
+                "best": base["best"], "rank": base["t8_rank"], "gap": base["t8_gap"], "agree_t": base["best"]["t"] == 8,
+                "overlap_threshold": thr, "b2_best_t": b2["best"]["t"],
+                "reason": f"불일치: TP overlap 0 %, MFU 평평이면 t = 4 가 TP 시간을 아낌; overlap ≥ {thr:.0%} 이거나 "
+                          f"b = 2 (t = 4 가 memory 에 안 들어감) 이면 t = {b2['best']['t']}"})
+    return out
+
+
+def validation_table(vals: list[dict]) -> list[list]:
+    rows = []
+    for x in vals:
+        d, t, p = x["published"] or ("", 8, "")
+        best = "—" if x["best"] is None else f"{x['best']['d']}·{x['best']['t']}·{x['best']['p']}"
+        where = "—" if x["rank"] is None else f"{x['rank']} 위 ({100 * x['gap']:+.1f} %)"
+        pub = f"{d}·{t}·{p}" if x["published"] else "t = 8 (규칙)"
+        rows.append([x["case"], pub, best, where if x["published"] else f"t = 8 의 최선: {where}", x["reason"]])
+    return rows
+
+
+VALIDATION_HEADER = ["공개된 사례", "공개 d·t·p", "planner 1 위", "공개 배치의 순위", "일치 / 불일치의 이유"]
+
+
+def measured_mfu_curve(run, h: int) -> tuple:
+    """A GPU gemm_bench file as the planner's mfu_curve: the layer's four TP-shard GEMMs' η at each measured
+    shard width (Ch3-05's layer_efficiency and rate_at_width, read at the h nearest the model's h)."""
+    from snippets.ch3_tensor_parallel import d05_tp_communication_cost as ch3
+
+    pts = ch3.layer_efficiency(run)
+    return tuple((w, ch3.rate_at_width(pts, w, h)["eta"]) for w in sorted({p["w"] for p in pts}))
+
+
+def measured_mfu_tab(plat, model=pl.LLAMA70B, cluster=pl.H100_64, batch=pl.BATCH_4M) -> str:
+    """One hardware: the 70B ranking with MFU(h/t) from this hardware's own GEMM sweep (GPU bf16 files only)."""
+    from dataclasses import replace
+
+    out = []
+    for r in plat.runs:
+        if not planner_comparable(plat, r):
+            out.append("이 파일은 GPU 의 bf16 측정이 아니라서 planner 의 MFU 곡선으로 쓰지 않습니다.")
+            continue
+        curve = measured_mfu_curve(r, model.hidden)
+        rows = pl.plan(model, cluster, batch, assume=replace(pl.Assumptions(), mfu_curve=curve))
+        t8 = min((x for x in rows if x["t"] == 8 and x["fits"]), key=lambda x: x["step_s"], default=None)
+        eff = ", ".join(f"h/t = {w:g}: {e:.0%}" for w, e in curve)
+        out.append(f"측정한 η(h/t) ({eff}) 를 넣으면 1 위 {rows[0]['d']}·{rows[0]['t']}·{rows[0]['p']}"
+                   + (f", 가장 빠른 t = 8 은 {t8['d']}·8·{t8['p']} ({t8['step_s'] / rows[0]['step_s'] - 1:+.0%})" if t8 else ""))
+    return "\n\n".join(out)

@@ -1,21 +1,26 @@
 """3D-parallel planner (Ch7-01): every factorisation d·t·p = N of a cluster, ranked by estimated step time.
 
-Pure functions, no torch: inputs (a model, a cluster, a batch) -> a list of plain-dict rows, so the
-browser calculators can port it line by line. No formula is written here a second time: every cost
-comes from the shared modules of earlier chapters.
+Pure functions, no torch: inputs (a model, a cluster, a batch, and the model's *assumptions*) -> a list of
+plain-dict rows, so the browser calculators can port it line by line. The costs come from the shared
+modules of earlier chapters:
 
-    per-GPU memory   model states: zero_memory.zero_memory_bytes (Ch5) of the ψ/(t·p) parameters a
-                     (tp, pp) rank owns, sharded over the d data-parallel replicas at `zero_stage`;
-                     activations: activation_memory.layer_bytes (Ch6, Korthikanti Table 2 terms,
-                     TP + SP) × L/p layers × the micro-batches in flight on the first 1F1B stage
-                     (pipeline_sim.one_f_one_b_peak_inflight, Ch4).
-    communication    TP: tp_cost.tp_comm_time_per_layer (Ch3-05) × L/p × m;
-                     PP: one α-β point-to-point message of b·s·h·e/t bytes (SP-scattered activation)
-                         per micro-batch per direction at each stage boundary (Ch4);
-                     DP: alphabeta.ring_allreduce_time (Ch1) of the 16-bit gradients of ψ/(t·p)
-                         parameters, plus one ring all-gather of the parameters for ZeRO-3.
-    bubble           pipeline_sim.gpipe_bubble_relative (p−1)/m (1F1B, Megatron's definition).
-    compute          tp_cost.layer_flops (Narayanan 2021 §5.1) / (t · F · MFU).
+    per-GPU memory   model states of the parameters one (tp, pp) rank owns (Ch5: 16-bit parameters, the
+                     gradients in `Assumptions.grad_bytes`, K = 12 optimizer bytes sharded over d by ZeRO
+                     stage); activations: Korthikanti's per-layer terms (Ch6, activation_memory.TERMS) with
+                     the model's real shapes (GQA's smaller K/V, SwiGLU's three matrices) × the layers of a
+                     stage × the micro-batches in flight on it (Ch4: 1F1B min(p, m) on the first stage,
+                     interleaved 1F1B's pA(1 + (p−1)/(pv))); the embedding on the first stage, the LM head
+                     and its logits on the last.
+    communication    TP: tp_cost.tp_comm_time_per_layer (Ch3-05) × layers × m, the fraction
+                         `Assumptions.tp_overlap` hidden under compute;
+                     PP: one α-β point-to-point message of b·s·h·e/t bytes per micro-batch, per direction,
+                         per model chunk (× v when interleaved);
+                     DP: alphabeta.ring_allreduce_time (Ch1) of the gradients (grad_bytes each), plus one
+                         ring all-gather of the 16-bit parameters for ZeRO-3.
+    bubble           (p−1)/(v·m) (Megatron's definition, relative to ideal time; v = 1: 1F1B).
+    compute          the model's matmul FLOPs (Narayanan 2021 §5.1 generalised to GQA/SwiGLU, + the LM
+                     head) of the slowest stage / (t · F · MFU(h/t)); MFU(h/t) = MFU · η(h/t)/η(h) from
+                     `Assumptions.mfu_curve` (flat when empty).
 
 Rank layout (Llama 3 §3.3.2's order [TP, CP, PP, DP], CP = 1 here): TP innermost (consecutive ranks),
 then PP, then DP outermost. An axis whose group, with its stride, fits in one node uses the
@@ -23,9 +28,9 @@ intra-node link, otherwise the inter-node link (per direction, notation.md).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
-from snippets.common import activation_memory as am
 from snippets.common import alphabeta as ab
 from snippets.common import pipeline_sim as ps
 from snippets.common import tp_cost as tc
@@ -39,8 +44,12 @@ class Model:
     hidden: int      # h
     heads: int       # a
     seq: int         # s
-    vocab: int       # V (reported; embeddings are inside ψ)
-    psi: float       # ψ, parameters
+    vocab: int       # V (embedding on the first stage, LM head on the last)
+    psi: float       # ψ, parameters (reported; with Assumptions.shapes the planner counts them from the shapes)
+    ffn: int = 0            # f, the FFN width (0: 4h)
+    kv_heads: int = 0       # key/value heads (GQA; 0: = a, multi-head attention)
+    swiglu: bool = False    # SwiGLU FFN: three h×f matrices instead of GELU's two
+    dropout: bool = True    # dropout masks stored (GPT-3 / Megatron GPT); Llama trains without dropout
 
 
 @dataclass(frozen=True)
@@ -53,13 +62,30 @@ class Cluster:
     alpha_intra: float = 5e-6
     alpha_inter: float = 10e-6
     flops: float = 989e12     # F: peak 16-bit FLOP/s
-    mfu: float = 0.4          # the fraction of F that matmuls reach
+    mfu: float = 0.4          # the fraction of F that a layer's matmuls reach at t = 1
 
 
 @dataclass(frozen=True)
 class Batch:
     global_batch: int         # B sequences per step
     micro_batch: int = 1      # b sequences per micro-batch
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """What the step-time and memory model takes for granted. Each one moves the ranking (the page's
+    sensitivity table); LEGACY is the second edition's planner, which fixed all of them."""
+    tp_overlap: float = 0.0         # fraction of TP communication hidden under compute (async TP)
+    mfu_curve: tuple = ()           # ((h/t, η), ...): GEMM efficiency vs shard width; () = MFU flat in t
+    grad_bytes: int = 4             # Megatron distributed optimizer: fp32 main gradients (6 + 12/d B/param)
+    shapes: bool = True             # FLOPs, parameters, activations from GQA/SwiGLU shapes (else 12Lh², MHA/GELU)
+    embeddings: bool = True         # embedding on the first stage, LM head + logits on the last
+    interleave: int = 1             # v model chunks per rank (interleaved 1F1B); 1 = plain 1F1B
+    logits_bytes: int = 4           # bytes per logit kept for the loss (fp32 cross-entropy)
+    uneven_stages: bool = False     # allow p ∤ L (stages of ⌈L/p⌉ layers; Llama 3 405B: L = 126, p = 16)
+
+
+LEGACY = Assumptions(tp_overlap=0.0, mfu_curve=(), grad_bytes=2, shapes=False, embeddings=False, interleave=1)
 # --8<-- [end:inputs]
 
 
@@ -77,72 +103,188 @@ def axis_link(stride: int, degree: int, gpus_per_node: int) -> str:
     return "intra" if degree == 1 or stride * degree <= gpus_per_node else "inter"
 
 
+# --8<-- [start:shapes]
+def ffn_width(model: Model) -> int:
+    return model.ffn or 4 * model.hidden
+
+
+def kv_ratio(model: Model) -> float:
+    return (model.kv_heads or model.heads) / model.heads
+
+
+def layer_params(model: Model, assume: Assumptions) -> float:
+    """Parameters of one transformer layer: Q, K, V (K, V of width h·kv/a under GQA), the output projection,
+    and the FFN's 2 (GELU) or 3 (SwiGLU) h×f matrices. Without `shapes`: the legacy ψ/L."""
+    if not assume.shapes:
+        return model.psi / model.layers
+    h, f, r = model.hidden, ffn_width(model), kv_ratio(model)
+    return h * h * (2 + 2 * r) + (3 if model.swiglu else 2) * h * f
+
+
+def layer_flops(model: Model, b: int, assume: Assumptions) -> float:
+    """Forward + backward matmul FLOPs of one layer, one micro-batch: 3 × forward, forward = 2 FLOPs per
+    weight per token plus the attention scores and ·V (4bs²h). MHA + GELU 4h: Narayanan §5.1's 72bsh² + 12bs²h."""
+    s, h = model.seq, model.hidden
+    if not assume.shapes:
+        return tc.layer_flops(b, s, h)
+    return 3.0 * (2 * b * s * layer_params(model, assume) + 4 * b * s * s * h)
+
+
+def layer_activation_bytes(model: Model, b: int, t: int, recompute: str, assume: Assumptions) -> float:
+    """Bytes one layer keeps for its backward on one rank, with TP + SP (every term split t ways, Korthikanti
+    §4.2.2). Korthikanti's terms (activation_memory.TERMS) with the real shapes: K and V are kv/a of Q (GQA);
+    the FFN keeps fc1's output and fc2's input (GELU: 2·f/h sbh) or the gate, up, SiLU(gate) and the product
+    (SwiGLU: 4·f/h sbh); no dropout masks when the model has no dropout. Selective recompute drops the
+    attention core (softmax, its dropout, as²b terms); full recompute keeps the layer input (2sbh)."""
+    s, h, a = model.seq, model.hidden, model.heads
+    sbh = s * b * h
+    if recompute == "full":
+        return 2.0 * sbh
+    if not assume.shapes:
+        from snippets.common import activation_memory as am
+        return am.layer_bytes(s, b, h, a, t=t, sp=t > 1, recompute=recompute)
+    f, r, drop = ffn_width(model), kv_ratio(model), model.dropout
+    act = 2 * sbh * (2                      # two LayerNorm inputs
+                     + 1 + 1 + 2 * r + 1    # QKV input, Q, K and V (GQA: r = kv/a), out-projection input
+                     + 1                    # FFN input
+                     + (4 if model.swiglu else 2) * f / h)
+    masks = sbh * (2 if drop else 0)        # attention-out and FFN dropout masks, 1 byte each
+    core = 0.0 if recompute == "selective" else a * s * s * b * (2 + 2 * drop + 1 * drop)
+    return (act + masks + core) / t
+# --8<-- [end:shapes]
+
+
+def mfu_at(cluster: Cluster, model: Model, t: int, assume: Assumptions) -> float:
+    """MFU at TP degree t: the cluster's MFU × η(h/t)/η(h), η read off `mfu_curve` (log-linear in the
+    width between points, the end value outside them). Flat (= cluster.mfu) when the curve is empty."""
+    pts = sorted(assume.mfu_curve)
+    if not pts:
+        return cluster.mfu
+
+    def eta(w):
+        if w <= pts[0][0]:
+            return pts[0][1]
+        if w >= pts[-1][0]:
+            return pts[-1][1]
+        for (w0, e0), (w1, e1) in zip(pts, pts[1:]):
+            if w0 <= w <= w1:
+                f = (math.log(w) - math.log(w0)) / (math.log(w1) - math.log(w0))
+                return e0 + f * (e1 - e0)
+    h = model.hidden
+    return cluster.mfu * eta(h / t) / eta(h)
+
+
+def halving_curve(h: int, drop: float, steps: int = 7) -> tuple:
+    """A hypothetical MFU curve: η falls by `drop` (e.g. 0.05) each time the shard width h/t halves."""
+    return tuple((h / 2 ** k, (1 - drop) ** k) for k in range(steps))
+
+
 # --8<-- [start:evaluate]
 def evaluate(model: Model, cluster: Cluster, batch: Batch, d: int, t: int, p: int,
-             zero_stage: int = 1, recompute: str = "selective") -> dict:
-    """One layout: memory breakdown (bytes per GPU), comm seconds per axis, bubble, step estimate."""
-    L, h, a, s, b = model.layers, model.hidden, model.heads, model.seq, batch.micro_batch
+             zero_stage: int = 1, recompute: str = "selective", assume: Assumptions = Assumptions()) -> dict:
+    """One layout: memory of its worst stage (bytes per GPU), comm seconds per axis, bubble, step estimate."""
+    L, h, s, b, V = model.layers, model.hidden, model.seq, batch.micro_batch, model.vocab
+    v = assume.interleave
     m = batch.global_batch // (d * b)                       # micro-batches per pipeline per step
     g = cluster.gpus_per_node
     links = {"tp": axis_link(1, t, g), "pp": axis_link(t, p, g), "dp": axis_link(t * p, d, g)}
     ab_of = {"intra": (cluster.alpha_intra, 1 / cluster.intra_bw),
              "inter": (cluster.alpha_inter, 1 / cluster.inter_bw)}
+    stage_layers = math.ceil(L / p)                         # the largest stage (= L/p when p | L)
+    embed = assume.embeddings
+    # parameters of one (tp, pp) rank: the first and the last stage also hold the embedding / LM head (V·h each)
+    first = (stage_layers * layer_params(model, assume) + (V * h if embed else 0)) / t
+    last = (stage_layers * layer_params(model, assume) + (V * h if embed else 0)) / t
+    if p == 1:
+        first = last = (L * layer_params(model, assume) + (2 * V * h if embed else 0)) / t
 
-    psi_rank = model.psi / (t * p)                          # parameters one (tp, pp) rank owns
-    states = zm.zero_memory_breakdown(psi_rank, d, zero_stage)
-    inflight = ps.one_f_one_b_peak_inflight(p, m, 0)        # first stage: min(p, m) micro-batches
-    act = am.layer_bytes(s, b, h, a, t=t, sp=t > 1, recompute=recompute) * (L / p) * inflight
+    def states(n):                                          # Ch5: 2 + grad_bytes + K, sharded by ZeRO stage
+        return {"params": zm.PARAM_BYTES * n / (d if zero_stage >= 3 else 1),
+                "grads": assume.grad_bytes * n / (d if zero_stage >= 2 else 1),
+                "optimizer": zm.K_ADAM * n / (d if zero_stage >= 1 else 1)}
+
+    per_layer = layer_activation_bytes(model, b, t, recompute, assume)
+    if v > 1:   # interleaved 1F1B, rank 0: pA(1 + (p−1)/(pv)) in units of A = one micro-batch through its layers
+        chunks_first = min(float(ps.interleaved_first_rank_memory(p, v)), float(m))
+    else:
+        chunks_first = float(ps.one_f_one_b_peak_inflight(p, m, 0))   # min(p, m)
+    inflight_last = float(ps.one_f_one_b_peak_inflight(p, m, p - 1))  # 1 (the whole batch one by one if p = 1)
+    logits = b * s * V / t * assume.logits_bytes if embed else 0.0
+    mem_first = sum(states(first).values()) + per_layer * stage_layers * chunks_first + (logits if p == 1 else 0.0)
+    mem_last = sum(states(last).values()) + per_layer * stage_layers * inflight_last + logits
+    worst = "first" if mem_first >= mem_last else "last"
+    st = states(first if worst == "first" else last)
+    act = per_layer * stage_layers * (chunks_first if worst == "first" else inflight_last)
 
     al, be = ab_of[links["tp"]]
-    tp_s = (tc.tp_comm_time_per_layer(t, b, s, h, al, be, recompute=recompute, sequence_parallel=True)
-            * (L / p) * m) if t > 1 else 0.0
+    tp_full = (tc.tp_comm_time_per_layer(t, b, s, h, al, be, recompute=recompute, sequence_parallel=True)
+               * stage_layers * m) if t > 1 else 0.0
+    tp_s = tp_full * (1 - assume.tp_overlap)                # what compute does not hide
     al, be = ab_of[links["pp"]]
-    pp_s = (2 * m * (al + b * s * h * tc.E_16BIT / t * be)) if p > 1 else 0.0
+    pp_s = (2 * m * v * (al + b * s * h * tc.E_16BIT / t * be)) if p > 1 else 0.0
     al, be = ab_of[links["dp"]]
-    grad_bytes = zm.GRAD_BYTES * psi_rank
-    dp_s = float(ab.ring_allreduce_time(d, grad_bytes, al, be)) if d > 1 else 0.0
+    shard = max(first, last)
+    dp_s = float(ab.ring_allreduce_time(d, assume.grad_bytes * shard, al, be)) if d > 1 else 0.0
     if zero_stage == 3 and d > 1:                           # parameters gathered again for the backward
-        dp_s += float(tc.ring_allgather_time(d, zm.PARAM_BYTES * psi_rank, al, be))
+        dp_s += float(tc.ring_allgather_time(d, zm.PARAM_BYTES * shard, al, be))
 
     extra = 1 / 3 if recompute == "full" else 0.0           # full recompute re-runs the forward (1/3)
-    compute_s = tc.layer_flops(b, s, h) * (1 + extra) / (t * cluster.flops * cluster.mfu) * (L / p) * m
-    bubble = ps.gpipe_bubble_relative(p, m)
-    # the pipeline's busy time (compute + TP + P2P) stretched by the bubble; the DP reduction exposed
+    rate = t * cluster.flops * mfu_at(cluster, model, t, assume)
+    head = 3.0 * 2 * b * s * h * V if embed else 0.0        # LM head forward + backward, last stage
+    stage_flops = layer_flops(model, b, assume) * (1 + extra) * stage_layers + (head if p > 1 else 0.0)
+    if p == 1:
+        stage_flops += head
+    compute_s = stage_flops / rate * m                      # the slowest stage sets the pipeline's pace
+    bubble = float(ps.interleaved_bubble_relative(p, m, v))
+    # the pipeline's busy time (compute + exposed TP + P2P) stretched by the bubble; the DP reduction exposed
     step_s = (compute_s + tp_s + pp_s) * (1 + bubble) + dp_s
-    mem = states["params"] + states["grads"] + states["optimizer"] + act
+    mem = st["params"] + st["grads"] + st["optimizer"] + act + (logits if worst == "last" or p == 1 else 0.0)
     return {"d": d, "t": t, "p": p, "m": m, "links": links,
-            "mem": {**states, "activations": act, "total": mem},
-            "comm_s": {"tp": float(tp_s), "pp": float(pp_s), "dp": float(dp_s)},
-            "compute_s": float(compute_s), "bubble": float(bubble), "step_s": float(step_s),
+            "mem": {**st, "activations": act, "total": mem, "stage": worst},
+            "comm_s": {"tp": float(tp_s), "tp_hidden": float(tp_full - tp_s), "pp": float(pp_s), "dp": float(dp_s)},
+            "compute_s": float(compute_s), "bubble": bubble, "step_s": float(step_s),
             "fits": bool(mem <= cluster.mem_bytes),
             "tokens_per_s": batch.global_batch * s / step_s}
 # --8<-- [end:evaluate]
 
 
+def valid(model: Model, batch: Batch, d: int, t: int, p: int, assume: Assumptions) -> bool:
+    """t divides the heads (and the KV heads), p the layers (or p ≤ L with uneven stages), d·b the batch;
+    interleaving needs m divisible by p (Megatron) and v·p ≤ L."""
+    kv = model.kv_heads or model.heads
+    if model.heads % t or (assume.shapes and kv % t and t % kv):
+        return False
+    if (model.layers % p if not assume.uneven_stages else p > model.layers):
+        return False
+    if batch.global_batch % (d * batch.micro_batch):
+        return False
+    m = batch.global_batch // (d * batch.micro_batch)
+    v = assume.interleave
+    return v == 1 or p == 1 or (m % p == 0 and v * p <= model.layers)
+
+
 # --8<-- [start:plan]
 def plan(model: Model, cluster: Cluster, batch: Batch, zero_stage: int = 1,
-         recompute: str = "selective", max_t: int | None = None) -> list[dict]:
-    """Every valid layout, feasible ones first, each group by estimated step time (fastest first).
-
-    Valid: t divides the heads, p divides the layers, d·b divides the global batch, t ≤ max_t
-    (default: the GPUs of one node)."""
+         recompute: str = "selective", max_t: int | None = None, assume: Assumptions = Assumptions()) -> list[dict]:
+    """Every valid layout (`valid`), feasible ones first, each group by estimated step time (fastest first);
+    t ≤ max_t (default: the GPUs of one node)."""
     max_t = max_t or cluster.gpus_per_node
-    rows = []
-    for d, t, p in factorisations(cluster.gpus):
-        if model.heads % t or model.layers % p or batch.global_batch % (d * batch.micro_batch) or t > max_t:
-            continue
-        rows.append(evaluate(model, cluster, batch, d, t, p, zero_stage, recompute))
+    rows = [evaluate(model, cluster, batch, d, t, p, zero_stage, recompute, assume)
+            for d, t, p in factorisations(cluster.gpus)
+            if t <= max_t and valid(model, batch, d, t, p, assume)]
     return sorted(rows, key=lambda r: (not r["fits"], r["step_s"]))
 # --8<-- [end:plan]
 
 
-def inputs_dict(model: Model, cluster: Cluster, batch: Batch) -> dict:
-    return {"model": asdict(model), "cluster": asdict(cluster), "batch": asdict(batch)}
+def inputs_dict(model: Model, cluster: Cluster, batch: Batch, assume: Assumptions = Assumptions()) -> dict:
+    return {"model": asdict(model), "cluster": asdict(cluster), "batch": asdict(batch), "assume": asdict(assume)}
 
 
-# Presets used by Ch7-01 and the lab. Llama-2-70B's shape (Touvron et al. 2023, Table 1 / model card:
-# 80 layers, h 8192, 64 heads, 4K context; GQA ignored here), on 8 nodes × 8 H100-80GB.
-LLAMA70B = Model(layers=80, hidden=8192, heads=64, seq=4096, vocab=32000, psi=70e9)
+# Presets used by Ch7-01 and the lab. Llama-2-70B (Touvron et al. 2023, Table 1 and the released config:
+# 80 layers, h 8192, 64 heads with 8 key/value heads (GQA), SwiGLU FFN 28672, vocabulary 32000, 4K context,
+# no dropout), on 8 nodes × 8 H100-80GB.
+LLAMA70B = Model(layers=80, hidden=8192, heads=64, seq=4096, vocab=32000, psi=70e9,
+                 ffn=28672, kv_heads=8, swiglu=True, dropout=False)
 # mem_bytes: 80 GB of HBM less ~10 % for the CUDA context, NCCL buffers and fragmentation (an assumption).
 # intra_bw: NVLink 4, 900 GB/s both directions -> 450e9 per direction; inter_bw: one 400 Gb/s NIC per GPU.
 H100_64 = Cluster(gpus=64, gpus_per_node=8, mem_bytes=72e9, intra_bw=450e9, inter_bw=50e9)
