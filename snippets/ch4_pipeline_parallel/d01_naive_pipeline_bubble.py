@@ -34,6 +34,11 @@ def naive_closed_form(stage_times) -> dict:
 # --8<-- [end:definitions]
 
 
+def agree(sim: str, formula: str) -> str:
+    """One table cell for a simulated value and its formula: the value once when they agree, both when not."""
+    return sim if sim == formula else f"{sim} ≠ {formula}"
+
+
 def naive_table(ps_list=(1, 2, 4, 8, 16, 64)) -> list[list]:
     rows = []
     for p in ps_list:
@@ -41,6 +46,13 @@ def naive_table(ps_list=(1, 2, 4, 8, 16, 64)) -> list[list]:
         rows.append([p, f"{tl.bubble_fraction():.4f}", f"{float(ps.naive_bubble_fraction(p)):.4f}",
                      f"{tl.bubble_relative():.2f}", f"{p - 1:.2f}", f"{tl.makespan:.0f}"])
     return rows
+
+
+def naive_markdown(ps_list=(1, 2, 4, 8, 16, 64)) -> str:
+    """Experiment 1's table: simulator and Theorem 4.1.4 in one cell each (one value when they agree)."""
+    rows = [[p, agree(a, b), agree(c, d), t] for p, a, b, c, d, t in naive_table(ps_list)]
+    return results.markdown_table(["p", "𝓑_tot: 시뮬레이터 = (p−1)/p", "𝓑_ideal: 시뮬레이터 = p−1",
+                                   "makespan (T_F 단위)"], rows)
 
 
 def unbalanced_rows(cases) -> list[list]:
@@ -53,6 +65,13 @@ def unbalanced_rows(cases) -> list[list]:
                      f"{tl.bubble_fraction():.3f}", f"{cf['fraction']:.3f}",
                      f"{tl.bubble_relative():.3f}", f"{cf['relative']:.3f}"])
     return rows
+
+
+def unbalanced_markdown(cases) -> str:
+    """Experiment 3's table: each of Theorem 4.1.4's three quantities, simulator and theorem in one cell."""
+    rows = [[r[0], agree(r[1], r[2]), agree(r[3], r[4]), agree(r[5], r[6])] for r in unbalanced_rows(cases)]
+    return results.markdown_table(["stage 계산량 비", "T: 시뮬레이터 = 정리", "𝓑_tot: 시뮬레이터 = 정리",
+                                   "𝓑_ideal: 시뮬레이터 = 정리"], rows)
 
 
 def measured_row(e: dict) -> list:
@@ -106,13 +125,27 @@ def naive_with_comm(p: int, t_stage: float, t_hop: float) -> dict:
 # --8<-- [end:comm]
 
 
+def comm_markdown(cases=((2, 30.0, 1.0), (4, 30.0, 1.0), (8, 30.0, 1.0), (8, 30.0, 5.0))) -> str:
+    """Experiment 4's table: Theorem 4.1.6's makespan against the simulator, and 𝓑_tot against (p−1)/p."""
+    rows = []
+    for p, c, d in cases:
+        r = naive_with_comm(p, c, d)
+        rows.append([p, f"{c:g} / {d:g}", agree(f"{r['makespan']:.1f}", f"{r['formula_makespan']:.1f}"),
+                     f"{r['fraction']:.4f}", f"{(p - 1) / p:.4f}"])
+    return results.markdown_table(["p", "c_i / T_hop (ms)", "T: 시뮬레이터 = Σc + 2(p−1)T_hop", "𝓑_tot (시뮬레이터)",
+                                   "(p−1)/p"], rows)
+
+
 # --------------------------------------------------------------------------- per-hardware tabs (plumbing)
 
 def measured_table(run) -> str:
-    """Experiment 2's table: the naive pipeline (GPipe, m = 1) of both variants, measured."""
+    """Experiment 2's two tables (time, then bubble): the naive pipeline (GPipe, m = 1) of both variants, measured."""
     rows = [measured_row(entry(run, "gpipe", v, 1)) for v in ("sleep", "real")]
-    return results.markdown_table(["변형", "m", "makespan (ms)", "rank 0 / 1 일한 시간 (ms)", "𝓑_tot (median step)",
-                                   "𝓑_tot (모든 step 의 범위)", "𝓑_ideal", "두 rank 가 동시에 계산한 시간 (ms)"], rows)
+    time_ = results.markdown_table(["변형", "makespan (ms)", "rank 0 / 1 일한 시간 (ms)", "두 rank 가 동시에 계산한 시간 (ms)"],
+                                   [[r[0], r[2], r[3], r[7]] for r in rows])
+    bubble = results.markdown_table(["변형", "𝓑_tot (median step)", "𝓑_tot (모든 step 의 범위)", "𝓑_ideal (median step)"],
+                                    [[r[0], r[4], r[5], r[6]] for r in rows])
+    return time_ + "\n\n" + bubble
 
 
 def hop_tab(plat) -> str:
@@ -128,3 +161,82 @@ def hop_tab(plat) -> str:
                      f"{gap / 2 / (run.params['p'] - 1) * 1e3:.2f} ms (ΣT_busy,r = {sum(b['busy']) * 1e3:.1f} ms 의 "
                      f"{gap / sum(b['busy']):.1%})")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- the point-to-point message (experiment 5)
+
+# --8<-- [start:p2p]
+def boundary_bytes(b: int, s: int, h: int, e: int) -> int:
+    """One micro-batch's activation at a stage boundary: b·s·h elements of e bytes (its gradient is the same size)."""
+    return b * s * h * e
+
+
+def layer_forward_flops(b: int, s: int, h: int) -> float:
+    """Matmul FLOPs of one GPT layer's forward: 24·b·s·h² + 4·b·s²·h (Narayanan et al. 2021 §5.1, per layer and pass)."""
+    return 24 * b * s * h**2 + 4 * b * s**2 * h
+
+
+def p2p_vs_compute(b: int, s: int, h: int, e: int, layers_per_stage: int, alpha: float, bw: float, flops: float) -> dict:
+    """The send of one boundary activation (α + S·β, β = 1/BW) against the stage's forward of one micro-batch
+    (layers · FLOPs / F). With the send overlapped (torch's batched isend/irecv, Megatron's overlap_p2p_comm),
+    it hides when ratio ≤ 1; the bandwidth part of the ratio, S·β / T_F = e·F / ((24h + 4s)·h·layers·BW),
+    does not depend on b."""
+    size = boundary_bytes(b, s, h, e)
+    t_comm = alpha + size / bw
+    t_fwd = layers_per_stage * layer_forward_flops(b, s, h) / flops
+    return {"bytes": size, "t_comm": t_comm, "t_fwd": t_fwd, "ratio": t_comm / t_fwd}
+# --8<-- [end:p2p]
+
+
+def p2p_rows(cases, alpha: float, bw: float, flops: float) -> list[list]:
+    rows = []
+    for b, s, h, lps in cases:
+        r = p2p_vs_compute(b, s, h, 2, lps, alpha, bw, flops)
+        rows.append([f"b={b}, s={s}, h={h}, L/p={lps}", f"{r['bytes'] / 2**20:.1f} MiB", f"{r['t_comm'] * 1e3:.3f}",
+                     f"{r['t_fwd'] * 1e3:.2f}", f"{r['ratio']:.3f}"])
+    return rows
+
+
+def ds_sent_line(plat) -> str:
+    """One hardware's deepspeed_pipe file: what each SendActivation / SendGrad really carried, against b·s·h·e."""
+    from snippets.ch4_pipeline_parallel import the_run as _the_run
+
+    run = _the_run(plat)
+    if run is None:
+        return missing(plat)
+    rows, d = run.params["rows"], run.params["d"]
+    want = boundary_bytes(rows, 1, d, 4)
+    lines = []
+    for r in run.measurements["ranks"]:
+        kinds = sorted({k for k, _, _ in r["sent"]})
+        sizes = sorted({n for _, _, n in r["sent"]})
+        shapes = sorted({tuple(sh) for _, sh, _ in r["sent"]})
+        lines.append(f"- stage {r['stage_id']}: {', '.join(kinds)} {len(r['sent'])} 번, shape {', '.join(map(str, shapes))}, "
+                     f"{' / '.join(map(str, sizes))} bytes; b·s·h·e = {rows}·1·{d}·4 = {want} bytes → 같음: "
+                     f"**{sizes == [want]}**")
+    return "\n".join(lines)
+
+
+def stage_diagram(p: int = 4) -> str:
+    """Who holds what and what moves where: p devices, each with a slice of the layers; the boundary activation
+    goes right in the forward pass and its gradient comes back left in the backward pass."""
+    from matplotlib.patches import FancyArrowPatch, Rectangle
+
+    fig, ax = figures.new(7.5, 2.2)
+    w, gap = 1.4, 0.6
+    for r in range(p):
+        x = r * (w + gap)
+        ax.add_patch(Rectangle((x, 0), w, 1, facecolor="#e8eef7", edgecolor="#4C72B0"))
+        ax.text(x + w / 2, 0.72, f"device {r}", ha="center", fontsize=9)
+        ax.text(x + w / 2, 0.35, f"층 {r * 2}–{r * 2 + 1}" + ("\n+ loss" if r == p - 1 else ""), ha="center",
+                va="center", fontsize=8)
+        if r < p - 1:
+            ax.add_patch(FancyArrowPatch((x + w, 0.8), (x + w + gap, 0.8), arrowstyle="-|>", mutation_scale=10,
+                                         color="#4C72B0"))
+            ax.add_patch(FancyArrowPatch((x + w + gap, 0.2), (x + w, 0.2), arrowstyle="-|>", mutation_scale=10,
+                                         color="#DD8452"))
+    ax.text(0, 1.2, "파란 화살표: forward 의 경계 activation (b·s·h 원소) · 주황 화살표: backward 의 그 gradient (같은 크기)",
+            fontsize=8)
+    ax.set_xlim(-0.2, p * (w + gap)), ax.set_ylim(-0.2, 1.45)
+    ax.axis("off")
+    return figures.svg(fig)

@@ -57,6 +57,18 @@ def grid_rows(ps_list=(2, 4, 8), ms=(1, 4, 8, 32)) -> list[list]:
     return rows
 
 
+def agree(sim: str, formula: str) -> str:
+    """One table cell for a simulated value and its formula: the value once when they agree, both when not."""
+    return sim if sim == formula else f"{sim} ≠ {formula}"
+
+
+def grid_markdown(ps_list=(2, 4, 8), ms=(1, 4, 8, 32)) -> str:
+    """Experiment 1's table: both bubbles, simulator and Theorem 4.2.3 in one cell each, and the start-time check."""
+    rows = [[p, m, agree(a, b), agree(c, d), e] for p, m, a, b, c, d, e in grid_rows(ps_list, ms)]
+    return results.markdown_table(["p", "m", "𝓑_tot: 시뮬레이터 = (p−1)/(m+p−1)", "𝓑_ideal: 시뮬레이터 = (p−1)/m",
+                                   "시작 시각 최대 차이"], rows)
+
+
 # --8<-- [start:predict]
 def op_means(e: dict) -> dict:
     """Mean duration of F and of B (whole backward) over the recorded calls of a run's median step."""
@@ -107,8 +119,8 @@ def sweep_figure(run, hardware: str = "") -> str:
     ax.plot(grid, ps.gpipe_bubble_fraction(p, grid), "-", color="C0", label="(p−1)/(m+p−1): 총 시간 대비 공식")
     ax.plot(grid, ps.gpipe_bubble_relative(p, grid), "--", color="C1", label="(p−1)/m: 이상 시간 대비 공식")
     meas = [ps.measured_bubbles(ps.measured_rows(e)) for e in es]
-    ax.plot(ms, [b["fraction"] for b in meas], "o", color="C0", label="측정 𝓑_tot (sleep, median step)")
-    ax.plot(ms, [b["relative"] for b in meas], "s", color="C1", label="측정 𝓑_ideal")
+    ax.plot(ms, [b["fraction"] for b in meas], "o", color="C0", label=r"측정 $\mathcal{B}_\mathrm{tot}$ (sleep, median step)")
+    ax.plot(ms, [b["relative"] for b in meas], "s", color="C1", label=r"측정 $\mathcal{B}_\mathrm{ideal}$")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("micro-batch 수 m")
     ax.set_ylabel("bubble")
@@ -222,9 +234,12 @@ def sweep_tab(plat) -> str:
     run = the_run(plat)
     if run is None:
         return missing(plat)
-    table = results.markdown_table(["m", "𝓑_tot 측정", "𝓑_tot 예측", "(p−1)/(m+p−1)", "𝓑_ideal 측정", "𝓑_ideal 예측",
-                                    "(p−1)/m", "T 측정 (ms)", "T 예측 (ms)"], sweep_rows(run))
-    return (preset_line(run) + "\n\n" + table + "\n\n" + sweep_ends(run) + "\n\n"
+    rows = sweep_rows(run)
+    tot = results.markdown_table(["m", "𝓑_tot 측정", "𝓑_tot 예측", "(p−1)/(m+p−1)", "T 측정 (ms)", "T 예측 (ms)"],
+                                 [[r[0], r[1], r[2], r[3], r[7], r[8]] for r in rows])
+    ideal = results.markdown_table(["m", "𝓑_ideal 측정", "𝓑_ideal 예측", "(p−1)/m"], [[r[0], r[4], r[5], r[6]] for r in rows])
+    return (preset_line(run) + "\n\n**총 시간 대비** (정의 4.1.2 의 𝓑_tot) 와 step 시간:\n\n" + tot
+            + "\n\n**이상 시간 대비** (𝓑_ideal):\n\n" + ideal + "\n\n" + sweep_ends(run) + "\n\n"
             + sweep_figure(run, hw_short(plat)))
 
 
@@ -268,3 +283,19 @@ def jitter_tab(plat) -> str:
     return (gantt_panels(run, m, hw_short(plat)) + "\n\n" + results.markdown_table(
         ["변형", "F 시간 범위 (ms)", "F 최대/최소", "B 시간 범위 (ms)", "B 최대/최소", "𝓑_tot 의 step 사이 범위"],
         spread_rows(run, m)))
+
+
+def intuition_gantt(p: int = 4, m: int = 8) -> str:
+    """📖: the same batch on p devices, as one batch (naive) and as m micro-batches (GPipe); a micro-batch's
+    forward is the time unit, so the naive pipeline's bars are m units long."""
+    from snippets.common.pipeline_sim import gantt as sim_gantt
+
+    fig, axes = figures.new(7.5, 3.6, nrows=2, squeeze=False, sharex=True)
+    naive = ps.simulate("naive", p, 1, t_f=m, t_b=m, t_w=m)
+    gp = ps.simulate("gpipe", p, m)
+    for ax, tl, title in zip(axes[:, 0], (naive, gp), (f"naive (m = 1): B_tot = {naive.bubble_fraction():.3f}",
+                                                       f"GPipe (m = {m}): B_tot = {gp.bubble_fraction():.3f}")):
+        sim_gantt(ax, ps.timeline_rows(tl), title, label_mb=tl is gp)
+    axes[-1, 0].set_xlabel("시간 (micro-batch 하나의 forward = 1)")
+    fig.subplots_adjust(hspace=0.45, left=0.09, right=0.99, top=0.92, bottom=0.14)
+    return figures.svg(fig)

@@ -24,12 +24,12 @@ def entries(run, schedule: str, variant: str = "sleep") -> list[dict]:
                   key=lambda e: e["m"])
 
 
-# --8<-- [start:order]
 def one_f_one_b_order(r: int, p: int, m: int) -> list[str]:
-    """Rank r's 1F1B order as text: min(p−1−r, m) warm-up forwards, then F/B pairs, then the remaining B."""
+    """Rank r's 1F1B order as text (pipeline_sim.order_1f1b, shown on the page): F0 F1 … B0 …"""
     return [f"{op}{i}" for op, i, _ in ps.rank_order("1f1b", r, p, m)]
 
 
+# --8<-- [start:order]
 def inflight_from_order(order: list[str]) -> int:
     """Peak of (#F started − #B finished) along a rank's order: depends on the order only, not on times."""
     alive = peak = 0
@@ -44,9 +44,11 @@ def compare_rows(grid=((2, 8), (4, 4), (4, 8), (4, 16), (8, 32), (8, 4))) -> lis
     rows = []
     for p, m in grid:
         g, o = ps.simulate("gpipe", p, m), ps.simulate("1f1b", p, m)
-        rows.append([p, m, f"{g.makespan:g}", f"{o.makespan:g}", f"{o.bubble_fraction():.4f}",
-                     f"{o.bubble_relative():.4f}", " ".join(map(str, g.inflight())), " ".join(map(str, o.inflight())),
-                     " ".join(str(inflight_from_order(one_f_one_b_order(r, p, m))) for r in range(p))])
+        t = f"{o.makespan:g}" if g.makespan == o.makespan else f"{g.makespan:g} ≠ {o.makespan:g}"
+        timed = " ".join(map(str, o.inflight()))
+        counted = " ".join(str(inflight_from_order(one_f_one_b_order(r, p, m))) for r in range(p))
+        rows.append([p, m, t, f"{o.bubble_fraction():.4f} / {o.bubble_relative():.4f}", " ".join(map(str, g.inflight())),
+                     timed if timed == counted else f"{timed} ≠ {counted}"])
     return rows
 
 
@@ -137,9 +139,11 @@ def compare_tab(plat) -> str:
     run = the_run(plat)
     if run is None:
         return missing(plat)
-    table = results.markdown_table(["m", "𝓑_tot GPipe", "𝓑_tot 1F1B", "(p−1)/(m+p−1)", "𝓑_ideal GPipe", "𝓑_ideal 1F1B",
-                                    "(p−1)/m"], measured_rows_table(run))
-    return preset_line(run) + "\n\n" + table + "\n\n" + measured_gantt(run, run.params["m_all"], hw_short(plat))
+    rows = measured_rows_table(run)
+    tot = results.markdown_table(["m", "𝓑_tot GPipe", "𝓑_tot 1F1B", "(p−1)/(m+p−1)"], [r[:4] for r in rows])
+    ideal = results.markdown_table(["m", "𝓑_ideal GPipe", "𝓑_ideal 1F1B", "(p−1)/m"], [[r[0], *r[4:7]] for r in rows])
+    return (preset_line(run) + "\n\n**총 시간 대비** (𝓑_tot):\n\n" + tot + "\n\n**이상 시간 대비** (𝓑_ideal):\n\n" + ideal
+            + "\n\n" + measured_gantt(run, run.params["m_all"], hw_short(plat)))
 
 
 def memory_reading(run) -> str:
@@ -172,3 +176,99 @@ def deepspeed_tab(plat) -> str:
                      f"`num_pipe_buffers()` = {r['num_pipe_buffers']}; 손실 {r['loss']:.8f}")
     lines.append(f"- pipeline 없이 계산한 같은 모델의 손실: {ds.measurements['ref_loss']:.8f}")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- memory budget and stage balancing (experiment 5)
+
+# --8<-- [start:budget]
+def stage_budget(layers: list[int], p: int, m: int, *, h: int, s: int, b: int, a: int, vocab: int) -> list[dict]:
+    """Per stage of a 1F1B pipeline of a GPT: the embedding (vocab·h) on stage 0, the LM head on the last stage
+    (tied: a second copy of the same vocab·h weight, with its own gradient and optimizer state), layers[r]
+    transformer layers of 12h² parameters on stage r. Model states: (2 + 2 + K)ψ_r bytes (mixed-precision Adam,
+    zero_memory_bytes with N = 1); activations: min(p − r, m) in flight (Theorem 4.3.4) × layers[r] × sbh(34 + 5as/h)
+    (Korthikanti et al., no recomputation). Forward FLOPs per micro-batch: the layers, plus 2·b·s·h·vocab for the head."""
+    from snippets.common.activation_memory import no_parallel
+    from snippets.common.zero_memory import zero_memory_bytes
+
+    out = []
+    for r, n in enumerate(layers):
+        psi = n * 12 * h * h + vocab * h * ((r == 0) + (r == p - 1))
+        flops = n * (24 * b * s * h * h + 4 * b * s * s * h) + (2 * b * s * h * vocab if r == p - 1 else 0)
+        out.append({"psi": psi, "states": zero_memory_bytes(psi, 1, 0), "flops": flops,
+                    "act": min(p - r, m) * n * no_parallel(s, b, h, a)})
+    return out
+# --8<-- [end:budget]
+
+
+def balanced_split(weights, parts: int) -> list[int]:
+    """Contiguous split of `weights` into `parts` groups minimising the largest group sum (exhaustive over the
+    p − 1 cut points; small cases only). Returns the boundaries [0, …, len(weights)]."""
+    from itertools import combinations
+
+    w = np.concatenate([[0.0], np.cumsum(np.asarray(weights, dtype=float))])
+    n = len(weights)
+    best, cut = None, None
+    for c in combinations(range(1, n), parts - 1):
+        b = (0, *c, n)
+        worst = max(w[b[i + 1]] - w[b[i]] for i in range(parts))
+        if best is None or worst < best - 1e-9:
+            best, cut = worst, list(b)
+    return cut
+
+
+def layers_from_split(bounds: list[int]) -> list[int]:
+    """Transformer layers per stage when the embedding is item 0 and the head the last item of the split."""
+    n = bounds[-1]
+    return [sum(1 for k in range(bounds[i], bounds[i + 1]) if 0 < k < n - 1) for i in range(len(bounds) - 1)]
+
+
+def budget_rows(layers_per_split: dict, p: int, m: int, **model) -> list[list]:
+    rows = []
+    for name, layers in layers_per_split.items():
+        st = stage_budget(layers, p, m, **model)
+        fl = np.array([x["flops"] for x in st])
+        mem = np.array([x["states"] + x["act"] for x in st]) / 2**30
+        rows.append([name, " / ".join(map(str, layers)), " / ".join(f"{x:.1f}" for x in mem),
+                     f"{mem.argmax()}", f"{fl.max() / fl.mean():.3f}"])
+    return rows
+
+
+def tied_lines(plat) -> str:
+    """One hardware's deepspeed_pipe file: parameters per stage against the formula, the tied gradient before and
+    after ReduceTiedGrads against one process, the two copies after the step, and the clip norm."""
+    ds = the_run(plat)
+    if ds is None:
+        return missing(plat)
+    pr, mm = ds.params, ds.measurements
+    d, V, L = pr["d"], pr["vocab"], pr["layers"]
+    lines = []
+    for r in mm["ranks"]:
+        want = V * d + (L // 2) * (d * d + d)
+        lines.append(f"- stage {r['stage_id']}: parameter {r['params']:,} 개 (V·d + (L/2)(d² + d) = {V}·{d} + {L // 2}·"
+                     f"{d * d + d} = {want:,}: **{r['params'] == want}**); tied gradient 의 norm: ReduceTiedGrads 전 "
+                     f"{r['tied_grad_before_norm']:.5f} (이 stage 의 사용분, 한 process 와 최대 차이 {r['tied_grad_before_err']:.1e}), "
+                     f"후 {r['tied_grad_after_norm']:.5f} (두 사용의 합과 최대 차이 {r['tied_grad_after_err']:.1e})")
+    lines.append(f"- step 뒤 두 stage 의 E 사본의 최대 차이: {mm['copies_max_diff']:.1e}; 한 process 의 SGD step 과의 최대 차이: "
+                 f"{max(r['tied_weight_err'] for r in mm['ranks']):.1e}")
+    clip, local = mm["ranks"][0]["clip_norms"][0][0], [r["clip_norms"][0][1] for r in mm["ranks"]]
+    lines.append(f"- `clip_grad_norm_` 이 쓴 norm: {clip:.5f}; stage 별 자기 gradient norm {' / '.join(f'{x:.5f}' for x in local)}; "
+                 f"한 process 의 전체 norm {mm['ref_norm_once']:.5f} (tied weight 한 번), {mm['ref_norm_twice']:.5f} (두 번). "
+                 f"clip 의 norm = stage 0 의 norm: **{abs(clip - local[0]) <= 1e-5 * local[0]}**, "
+                 f"한 process 의 전체 norm 보다 작음: **{clip < mm['ref_norm_once']}**")
+    return "\n".join(lines)
+
+
+# --8<-- [start:rebalance]
+def memory_balanced_layers(total: int, p: int, m: int, **model) -> list[int]:
+    """Layers per stage (each ≥ 1, summing to `total`) that minimise the largest stage's memory
+    (model states + 1F1B activations); exhaustive over the compositions of `total` into p parts."""
+    from itertools import combinations
+
+    best, out = None, None
+    for c in combinations(range(1, total), p - 1):
+        layers = [b - a for a, b in zip((0, *c), (*c, total))]
+        worst = max(x["states"] + x["act"] for x in stage_budget(layers, p, m, **model))
+        if best is None or worst < best:
+            best, out = worst, layers
+    return out
+# --8<-- [end:rebalance]

@@ -58,6 +58,50 @@ def memory_rows(p: int = 8, m: int = 32, vs=(2, 4, 8)) -> list[list]:
     return rows
 
 
+def agree(sim: str, formula: str) -> str:
+    """One table cell for a simulated value and its formula: the value once when they agree, both when not."""
+    return sim if sim == formula else f"{sim} ≠ {formula}"
+
+
+def bubble_markdown(grid=((2, 8), (4, 8), (4, 16), (8, 32)), vs=(1, 2, 4)) -> str:
+    """Experiment 1's table: 𝓑_ideal (simulator = Megatron's formula) and T (simulator = the path bound)."""
+    rows = [[p, m, v, agree(a, b), agree(t, lb), f] for p, m, v, a, b, t, lb, f in bubble_rows(grid, vs)]
+    return results.markdown_table(["p", "m", "v", "𝓑_ideal: 시뮬레이터 = (p−1)/(v·m)", "T: 시뮬레이터 = 경로 하한",
+                                   "𝓑_tot (시뮬레이터)"], rows)
+
+
+def memory_markdown(p: int = 8, m: int = 32, vs=(2, 4, 8)) -> str:
+    """Experiment 2's two tables: rank 0's memory (simulator = Theorem 4.4.4) against 1F1B and 'O(vp)', then the
+    boundary crossings."""
+    rows = memory_rows(p, m, vs)
+    mem = results.markdown_table(
+        ["v", "rank 0 peak chunk: 시뮬레이터 = 2(p−1)+(v−1)p+1", "rank 0 메모리 / A: 시뮬레이터 = pA(1+(p−1)/(pv))",
+         "1F1B 대비", "O(vp) 라면 / A"],
+        [[r[0], agree(str(r[1]), str(r[2])) if r[0] != rows[0][0] else f"{r[1]} (= p)", agree(r[3], r[4]), r[5], r[6]]
+         for r in rows])
+    comm = results.markdown_table(["v", "경계 통과 (forward, micro-batch 당) = pv − 1", "1F1B 대비"],
+                                  [[r[0], r[7], r[8]] for r in rows])
+    return mem + "\n\n" + comm
+
+
+# --8<-- [start:delta]
+def step_time_vs_v(delta: float, p: int = 4, m: int = 8, vs=(1, 2, 4)) -> list[float]:
+    """Simulated step time of the same model (T_F = 1, T_B = 2 per rank) cut into v chunks, with T_hop = delta
+    on every rank-crossing dependency (v = 1 is 1F1B)."""
+    return [ps.simulate("1f1b" if v == 1 else "interleaved", p, m, v, t_f=1 / v, t_b=2 / v, t_w=0.0, t_comm=delta).makespan
+            for v in vs]
+# --8<-- [end:delta]
+
+
+def delta_markdown(deltas=(0.0, 0.05, 0.2), vs=(1, 2, 4)) -> str:
+    """Experiment 4's table: step time per v for each T_hop, and the fastest v."""
+    rows = []
+    for d in deltas:
+        ts = step_time_vs_v(d, vs=vs)
+        rows.append([f"{d:g}"] + [f"{t:.2f}" for t in ts] + [vs[min(range(len(vs)), key=ts.__getitem__)]])
+    return results.markdown_table(["T_hop (T_F 단위)"] + [f"T, v = {v}" for v in vs] + ["가장 빠른 v"], rows)
+
+
 def sim_gantt() -> str:
     fig, axes = figures.new(7.5, 3.8, nrows=2, squeeze=False)
     for ax, v in zip(axes[:, 0], (1, 2)):
@@ -129,7 +173,10 @@ def interleave_tab(plat) -> str:
         return missing(plat)
     rows = measured_rows(run)
     live = all(r[6] == r[7] for r in rows)
-    table = results.markdown_table(["변형", "schedule", "v", "𝓑_tot 측정", "𝓑_ideal 측정", "𝓑_ideal 시뮬레이터",
-                                    "peak 살아 있는 chunk (측정, rank 0 / 1)", "시뮬레이터", "기록된 action 수"], rows)
-    return (preset_line(run) + "\n\n" + table + f"\n\n살아 있는 chunk 의 측정 = 시뮬레이터, 모든 행에서: **{live}**\n\n"
+    bubble = results.markdown_table(["변형", "schedule", "𝓑_tot 측정", "𝓑_ideal 측정", "𝓑_ideal 시뮬레이터"],
+                                    [[r[0], r[1], r[3], r[4], r[5]] for r in rows])
+    memory = results.markdown_table(["변형", "schedule", "v", "peak 살아 있는 chunk (측정, rank 0 / 1)", "시뮬레이터",
+                                    "기록된 action 수"], [[r[0], r[1], r[2], r[6], r[7], r[8]] for r in rows])
+    return (preset_line(run) + "\n\n**Bubble**:\n\n" + bubble + "\n\n**살아 있는 chunk 와 action 수**:\n\n" + memory
+            + f"\n\n살아 있는 chunk 의 측정 = 시뮬레이터, 모든 행에서: **{live}**\n\n"
             + measured_gantt(run, hw_short(plat)))

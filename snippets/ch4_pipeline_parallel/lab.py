@@ -8,8 +8,10 @@ activations it still holds, and its stage's gradients; the parent compares them 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -160,12 +162,52 @@ def library_worker(rank: int, world: int, store: str, outdir: str, schedule: str
 # --8<-- [end:library]
 
 
+@contextlib.contextmanager
+def _main_not_rerun():
+    """While the workers start, make the calling script look like an interactive session to multiprocessing.
+
+    A started process (forkserver or spawn) first re-imports the parent's main module when that module has a
+    file or a module name (CPython 3.11 multiprocessing/spawn.py, get_preparation_data lines 192-202, and
+    prepare lines 243-246). Run as `python docs/ch4-pipeline-parallel/lab.py`, the lab's cells would then run
+    again in every worker, and the first `run` there stops with multiprocessing's "bootstrapping phase"
+    error. The workers need nothing from the script: they import their function from this module by name.
+    In a notebook kernel `__main__` has neither attribute, so this changes nothing there."""
+    main = sys.modules["__main__"]
+    saved = {k: main.__dict__.pop(k) for k in ("__file__",) if k in main.__dict__}
+    spec = getattr(main, "__spec__", None)
+    main.__spec__ = None
+    try:
+        yield
+    finally:
+        main.__dict__.update(saved)
+        main.__spec__ = spec
+
+
 def run(worker, schedule: str, world: int = 2) -> list[dict]:
     """Spawn `world` gloo processes running worker(rank, world, store, outdir, schedule)."""
     with tempfile.TemporaryDirectory() as tmp:
         store = os.path.join(tmp, "store")
-        start_workers(worker, (world, store, tmp, schedule), world, preload=PRELOAD)
+        with _main_not_rerun():
+            start_workers(worker, (world, store, tmp, schedule), world, preload=PRELOAD)
         return [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]
+
+
+def show(svg: str, name: str) -> None:
+    """A figure: displayed in a notebook; written to ch4_lab_figures/<name>.svg (current folder) when the lab
+    runs as a plain script, which has nowhere to draw it."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        get_ipython = lambda: None  # noqa: E731
+    if get_ipython() is not None:
+        from IPython.display import HTML, display
+
+        display(HTML(svg))
+        return
+    out = Path("ch4_lab_figures", f"{name}.svg")
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(svg)
+    print(f"그림을 {out} 에 저장했습니다 (브라우저로 여십시오).")
 
 
 def rows(ranks: list[dict]) -> list[list[dict]]:
@@ -177,3 +219,51 @@ def rows(ranks: list[dict]) -> list[list[dict]]:
 
 def max_grad_error(ranks: list[dict], ref: list[list[float]]) -> float:
     return max(float((torch.tensor(r["grads"]) - torch.tensor(g)).abs().max()) for r, g in zip(ranks, ref))
+
+
+def hop_gaps(rws: list[list[dict]]) -> list[float]:
+    """For every cross-rank dependency of a 2-rank GPipe/1F1B run (F_j on rank 1 after F_j on rank 0; B_j on
+    rank 0 after B_j on rank 1): how long the consumer started after both its producer and its own previous
+    action had ended. That slack is the boundary's cost (send/recv + the schedule's Python), not compute."""
+    out = []
+    for r, op, src in ((1, "F", 0), (0, "B", 1)):
+        acts = rws[r]
+        for k, a in enumerate(acts):
+            if a["op"] != op:
+                continue
+            prod = next(x for x in rws[src] if x["op"] == op and x["mb"] == a["mb"])
+            ready = max(prod["end"], acts[k - 1]["end"] if k else 0.0)
+            if prod["end"] >= (acts[k - 1]["end"] if k else 0.0):  # the cross-rank dependency was the last to arrive
+                out.append(a["start"] - ready)
+    return out
+
+
+def gap_parts(ranks: list[dict], schedule: str) -> dict:
+    """The measured 𝓑_tot of a run taken apart: the formula (equal ops, no communication), the simulator with this
+    run's mean F and B, then also with the median boundary slack as T_hop; the rest is what neither explains
+    (calls of the same op that differ in length, the schedule's own work between calls, two processes on two
+    busy cores)."""
+    import statistics
+
+    from snippets.common import pipeline_sim as ps
+
+    rws = rows(ranks)
+    p = len(rws)
+    tf = statistics.mean(a["end"] - a["start"] for r in rws for a in r if a["op"] == "F")
+    tb = statistics.mean(a["end"] - a["start"] for r in rws for a in r if a["op"] == "B")
+    hop = statistics.median(hop_gaps(rws))
+    dur = ps.simulate(schedule, p, M, t_f=tf, t_b=tb, t_w=0.0).bubble_fraction()
+    hops = ps.simulate(schedule, p, M, t_f=tf, t_b=tb, t_w=0.0, t_comm=hop).bubble_fraction()
+    measured = ps.measured_bubbles(rws)["fraction"]
+    # the schedule's own time: gaps between consecutive calls on one rank whose inputs were all there already
+    own = 0.0
+    for r, acts in enumerate(rws):
+        for k in range(1, len(acts)):
+            a, src = acts[k], (1 - r)
+            dep = [x["end"] for x in rws[src] if x["op"] == a["op"] and x["mb"] == a["mb"]
+                   and ((a["op"] == "F" and r == 1) or (a["op"] == "B" and r == 0))]
+            if not dep or dep[0] <= acts[k - 1]["end"]:
+                own += a["start"] - acts[k - 1]["end"]
+    span = ps.measured_bubbles(rws)["makespan"]
+    return {"own": own, "own_share": own / (p * span), "formula": float(ps.gpipe_bubble_fraction(p, M)), "with_durations": dur, "with_hops": hops,
+            "measured": measured, "rest": measured - hops, "hop": hop, "t_f": tf, "t_b": tb}

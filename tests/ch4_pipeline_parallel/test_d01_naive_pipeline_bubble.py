@@ -2,11 +2,19 @@
 import numpy as np
 import pytest
 
+from snippets import results
 from snippets.ch4_pipeline_parallel import d01_naive_pipeline_bubble as page
 from snippets.common import pipeline_sim as ps
 from tests.ch4_pipeline_parallel import gpu_fixture, platform, without_world_2
 
 RUNS = page.runs()  # every committed pipeline_bench result, every hardware
+
+
+def max_columns(md: str) -> int:
+    """Columns of the widest Markdown table row in md (escaped pipes inside a cell do not count)."""
+    import re
+
+    return max((len(re.findall(r"(?<!\\)\|", ln)) - 1 for ln in md.splitlines() if ln.startswith("|")), default=0)
 
 
 def test_theorem_414_simulator_against_closed_form():
@@ -19,6 +27,12 @@ def test_theorem_414_simulator_against_closed_form():
     # the page's sentence about p = 64
     tl = ps.simulate("naive", 64, 1)
     assert tl.bubble_fraction() > 0.98 and tl.bubble_relative() == pytest.approx(63)
+    # the table the page prints: one value per cell (the simulator agrees), each equal to the theorem's, 4 columns
+    md = page.naive_markdown((1, 2, 4, 8, 16, 64))
+    assert "≠" not in md and max_columns(md) <= 6
+    for p in (1, 2, 4, 8, 16, 64):
+        assert f"| {p} | {(p - 1) / p:.4f} | {p - 1:.2f} | {3 * p} |" in md
+    assert "≠" in page.agree("0.750", "0.751")  # a disagreement would show on the page
 
 
 def test_theorem_414_unbalanced_stages():
@@ -37,16 +51,24 @@ def test_theorem_414_unbalanced_stages():
     assert all(r[3] == r[4] == "0.750" for r in rows)
     rel = [float(r[5]) for r in rows]
     assert rel[0] < 3 and rel[2] < rel[0]  # a heavier stage makes 𝓑_ideal smaller (the page's reading)
+    md = page.unbalanced_markdown([(1, 1, 1, 1), (1, 1, 1, 2), (2, 1, 1, 1), (1, 2, 3, 4), (1, 1, 1, 5)])
+    assert "≠" not in md and max_columns(md) <= 6
+    # the printed cells against Theorem 4.1.4 computed here (T = 3Σc, 𝓑_tot = 3/4, 𝓑_ideal = Σc/max c − 1)
+    for cost in [(1, 1, 1, 2), (1, 2, 3, 4), (1, 1, 1, 5)]:
+        name = " : ".join(map(str, cost))
+        assert f"| {name} | {3 * sum(cost):g} | 0.750 | {sum(cost) / max(cost) - 1:.3f} |" in md
 
 
-def test_theorem_415_conversion_on_balanced_schedules():
-    for sched, p, m in [("gpipe", 4, 8), ("1f1b", 8, 32), ("naive", 5, 1), ("interleaved", 4, 8)]:
-        tl = ps.simulate(sched, p, m, 2 if sched == "interleaved" else 1)
-        b = tl.busy()
-        assert np.allclose(b, b[0])
-        f, r = tl.bubble_fraction(), tl.bubble_relative()
-        assert r == pytest.approx(f / (1 - f)) and f == pytest.approx(r / (1 + r))
-        assert r - f == pytest.approx(f * r)
+def test_theorem_415_turns_gpipes_formula_into_megatrons():
+    """Theorem 4.1.5 maps GPipe's published (p−1)/(m+p−1) onto Megatron's published (p−1)/m (two papers' formulas),
+    and the simulated GPipe / 1F1B / interleaved runs (equal busy time) land on both."""
+    for p in range(2, 17):
+        for m in (1, 3, 8, 64):
+            assert float(ps.frac_to_rel(ps.gpipe_bubble_fraction(p, m))) == pytest.approx(float(ps.gpipe_bubble_relative(p, m)))
+    for sched, p, m, v in [("gpipe", 4, 8, 1), ("1f1b", 8, 32, 1), ("interleaved", 4, 8, 2)]:
+        tl = ps.simulate(sched, p, m, v, t_f=1 / v, t_b=1 / v, t_w=1 / v)
+        assert tl.bubble_relative() == pytest.approx(float(ps.frac_to_rel(tl.bubble_fraction())))
+        assert tl.bubble_relative() == pytest.approx((p - 1) / (v * m))
 
 
 def test_theorem_416_comm_formula():
@@ -56,6 +78,12 @@ def test_theorem_416_comm_formula():
         assert r["fraction"] >= (p - 1) / p
     r = page.naive_with_comm(8, 30.0, 1.0)  # problem 1
     assert r["makespan"] == pytest.approx(254)
+    # the solution's arithmetic on the page: 224/254 and 224/30
+    assert r["fraction"] == pytest.approx(224 / 254) and r["relative"] == pytest.approx(224 / 30)
+    md = page.comm_markdown([(2, 30.0, 1.0), (4, 30.0, 1.0), (8, 30.0, 1.0), (8, 30.0, 5.0)])
+    assert "≠" not in md and max_columns(md) <= 6
+    for p, d in [(2, 1.0), (8, 5.0)]:
+        assert f"| {p} | 30 / {d:g} | {30 * p + 2 * (p - 1) * d:.1f} |" in md
 
 
 @pytest.mark.parametrize("run", RUNS, ids=lambda r: r.hardware["id"])
@@ -75,6 +103,10 @@ def test_measured_naive_runs_are_sequential_and_bounded(run):
             assert s["bubble_fraction"] >= (p - 1) / p - 1e-4
         assert e["grad_max_err"] < 1e-6 and e["loss"] == pytest.approx(e["ref_loss"], rel=1e-6)
     assert page.measured_row(page.entry(run, "gpipe", "sleep", 1))[-1] == "0.00"
+    md = page.measured_table(run)
+    assert max_columns(md) <= 6
+    sleep_time_row = next(ln for ln in md.splitlines() if ln.startswith("| sleep"))
+    assert sleep_time_row.endswith("| 0.00 |")  # the overlap column of the time table
 
 
 def test_problem_2_partition_does_not_change_naive_time():
@@ -142,3 +174,39 @@ def test_gpu_tab_reads_the_gpu_file():
 def test_a_hardware_without_two_ranks_says_so():
     plat = without_world_2(gpu_fixture("pipeline_bench"))
     assert "N = 2 측정이 없습니다" in page.hop_tab(plat) and "world size 8" in page.hop_tab(plat)
+
+
+def test_experiment_5_layer_flops_match_torchs_flop_counter():
+    """24bsh² + 4bs²h (Narayanan 2021 §5.1) against torch's FlopCounterMode on the book's GPT block (matmuls)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from snippets.common.gpt_block import make_block
+
+    for b, s_, h, a in [(2, 32, 64, 4), (1, 128, 32, 2)]:
+        blk = make_block(h, a, dtype=torch.float32, p_drop=0.0)
+        x = torch.randn(s_, b, h)  # GPTBlock is sequence-first: [s, b, h]
+        with FlopCounterMode(display=False) as fc:
+            blk(x)
+        assert fc.get_total_flops() == page.layer_forward_flops(b, s_, h)
+
+
+def test_experiment_5_reading_hides_for_large_layers_not_for_small():
+    rows = page.p2p_rows([(1, 4096, 8192, 10), (1, 2048, 4096, 4), (1, 128, 1024, 1)], 5e-6, 50e9, 400e12)
+    ratios = [float(r[-1]) for r in rows]
+    assert ratios[0] < 0.05 and ratios[1] < 0.05 and ratios[2] > 0.5  # "1 % 안팎" vs thin layers near 1
+    r = page.p2p_vs_compute(1, 4096, 8192, 2, 10, 0.0, 50e9, 400e12)
+    r8 = page.p2p_vs_compute(8, 4096, 8192, 2, 10, 0.0, 50e9, 400e12)
+    assert r["ratio"] == pytest.approx(r8["ratio"])  # the bandwidth part does not depend on b
+
+
+@pytest.mark.parametrize("ds", results.experiment("deepspeed_pipe"), ids=lambda r: r.hardware["id"])
+def test_experiment_5_deepspeed_sent_b_s_h_e_bytes(ds):
+    """What DeepSpeed's engine really sent per boundary equals b·s·h·e (rows · d · 4, fp32), every message."""
+    rows, d = ds.params["rows"], ds.params["d"]
+    for r in ds.measurements["ranks"]:
+        assert len(r["sent"]) == ds.measurements["m"]
+        assert all(sh == [rows, d] and n == rows * d * 4 for _, sh, n in r["sent"])
+    from tests.ch4_pipeline_parallel import platform as plat_of
+
+    assert page.ds_sent_line(plat_of(ds)).count("**True**") == 2

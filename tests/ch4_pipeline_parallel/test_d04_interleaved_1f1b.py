@@ -8,6 +8,13 @@ from snippets.common import pipeline_sim as ps
 from tests.ch4_pipeline_parallel import gpu_fixture, platform, without_world_2
 from tests.conftest import cell_budget
 
+
+def max_columns(md: str) -> int:
+    """Columns of the widest Markdown table row in md (escaped pipes inside a cell do not count)."""
+    import re
+
+    return max((len(re.findall(r"(?<!\\)\|", ln)) - 1 for ln in md.splitlines() if ln.startswith("|")), default=0)
+
 RUNS = page.runs()  # every committed pipeline_bench result, every hardware
 
 
@@ -22,6 +29,12 @@ def test_theorem_443_bound_achieved_on_the_stated_range():
                 assert bfs.makespan == pytest.approx(page.lower_bound(p, m, v))  # the page: both reach the bound
     for row in page.bubble_rows():
         assert row[3] == row[4] and row[5] == row[6]
+    # the table the page prints: one value per cell, equal to (p−1)/(vm) and to the path of the proof written out here
+    md = page.bubble_markdown(grid=((2, 8), (4, 8), (4, 16), (8, 32)), vs=(1, 2, 4))
+    assert "≠" not in md and max_columns(md) <= 6
+    for p, m, v in [(2, 8, 1), (4, 16, 2), (8, 32, 4)]:
+        path = (p - 1) / v + m * 3 + (p - 1) * 2 / v
+        assert f"| {p} | {m} | {v} | {(p - 1) / (v * m):.4f} | {path:g} |" in md
 
 
 def test_lower_bound_holds_with_unbalanced_chunks_and_comm():
@@ -42,19 +55,47 @@ def test_lower_bound_holds_with_unbalanced_chunks_and_comm():
         assert head + busy + tail <= tl.makespan + 1e-9
 
 
-def test_theorem_444_memory_and_p2p():
+def test_theorem_444_memory_against_torch_and_p2p_counted_in_the_timeline():
+    """Peak chunks = torch 2.13's own interleaved warm-up count (_get_warmup_ops, multiply_factor 2) + 1, measured
+    by the simulator's timeline walk; the boundary crossings counted from the simulated dependencies' ranks."""
+    from torch.distributed.pipelining.schedules import _get_warmup_ops
+
     for p in range(2, 9):
-        for v in range(1, 6):
+        for v in range(2, 6):
             m = 4 * p
             peak = page.interleaved(p, m, v).inflight()
-            assert list(peak) == [2 * (p - 1 - r) + (v - 1) * p + 1 for r in range(p)]
-            assert peak[0] / v == pytest.approx(p * (1 + (p - 1) / (p * v)))
-            assert peak[0] / v <= 2 * p - 1
-            assert page.p2p_messages(p, v) == p * v - 1
+            torch_w = [_get_warmup_ops(r, v, p, p, m, multiply_factor=2) for r in range(p)]
+            assert list(peak) == [w + 1 for w in torch_w]
+            assert peak[0] / v == pytest.approx(float(ps.interleaved_first_rank_memory(p, v)))
+            assert peak[0] / v <= (3 * p - 1) / 2 + 1e-12  # the bound for v ≥ 2
+            tl = page.interleaved(p, m, v)
+            fwd = (tl.op == 0) & (tl.mb == 0)
+            st, rk = tl.stage[fwd], tl.rank[fwd]
+            owner = dict(zip(st.tolist(), rk.tolist()))
+            crossings = sum(owner[s_] != owner[s_ - 1] for s_ in owner if s_ > 0)
+            assert crossings == page.p2p_messages(p, v)
     rows = page.memory_rows()
     mem = [float(r[3]) for r in rows[1:]]
     assert mem == sorted(mem, reverse=True) and all(x > 8 for x in mem)  # decreasing in v, above 1F1B's pA
     assert rows[1][5] == "1.438"
+    md = page.memory_markdown(p=8, m=32, vs=(2, 4, 8))
+    assert "≠" not in md and max_columns(md) <= 6
+    for v in (2, 4, 8):  # torch's warm-up count + 1 chunks, ÷ v for A; the crossings pv − 1 counted above
+        chunks = _get_warmup_ops(0, v, 8, 8, 32, multiply_factor=2) + 1
+        assert f"| {v} | {chunks} | {chunks / v:.3f} | {chunks / v / 8:.3f} | {8 * v} |" in md
+        assert f"| {v} | {8 * v - 1} | {(8 * v - 1) / 7:.2f} |" in md
+
+
+def test_v_equals_1_is_1f1b_not_the_interleaved_formula():
+    """The page: at v = 1 Megatron runs 1F1B (pA on rank 0); the interleaved warm-up rule at v = 1 (which torch's
+    _get_warmup_ops also gives) would hold 2p − 1, the value the formula M_0 reaches at v = 1."""
+    from torch.distributed.pipelining.schedules import _get_warmup_ops
+
+    for p in range(2, 9):
+        m = 4 * p
+        assert ps.simulate("1f1b", p, m).inflight()[0] == p
+        assert ps.simulate("interleaved", p, m, 1).inflight()[0] == 2 * p - 1 == _get_warmup_ops(0, 1, p, p, m) + 1
+        assert float(ps.interleaved_first_rank_memory(p, 1)) == 2 * p - 1
 
 
 def test_problem_2_small_m_degenerates_to_gpipe_memory():
@@ -86,6 +127,12 @@ def test_experiment_4_best_v_moves_with_delta():
                           t_comm=delta).makespan for v in (1, 2, 4)]
         best.append((1, 2, 4)[min(range(3), key=ts.__getitem__)])
     assert best == [4, 2]
+    # the printed table: at T_hop = 0 the step times are Theorem 4.4.3's bound m(T_F+T_B) + (p−1)(T_F+T_B)/v
+    md = page.delta_markdown(deltas=(0.0, 0.05, 0.2), vs=(1, 2, 4))
+    assert max_columns(md) <= 6
+    bound = [8 * 3 + 3 * 3 / v for v in (1, 2, 4)]
+    assert f"| 0 | {bound[0]:.2f} | {bound[1]:.2f} | {bound[2]:.2f} | 4 |" in md
+    assert md.splitlines()[-1].endswith("| 2 |")  # T_hop = 0.2: v = 2 is fastest (the page's reading)
 
 
 def test_figures_fit_the_cell_budget():
@@ -126,6 +173,7 @@ def test_gpu_tabs_read_the_gpu_file():
     assert len(false_lines) == 1 and false_lines[0].startswith("- `interleaved` rank 0:")
     tab = page.interleave_tab(platform(run))
     assert " / ".join(map(str, pick(run.data)["peak_live_microbatches"])) in tab
+    assert max_columns(tab) <= 6
 
 
 def test_the_interleave_cell_with_three_hardwares_fits_the_budget():
@@ -137,3 +185,25 @@ def test_the_interleave_cell_with_three_hardwares_fits_the_budget():
 def test_a_hardware_without_two_ranks_says_so():
     plat = without_world_2(gpu_fixture("pipeline_bench"))
     assert "N = 2 측정이 없습니다" in page.order_tab(plat) and "N = 2 측정이 없습니다" in page.interleave_tab(plat)
+
+
+def test_problem_1_arithmetic_written_on_the_page():
+    """The 기초 solution's hand arithmetic (7/(16v), 7/(16v+7), 8A(1 + 7/(8v))) against the simulator's timelines."""
+    import re
+    from pathlib import Path
+
+    text = Path(__file__).resolve().parents[2].joinpath("docs/ch4-pipeline-parallel/04-interleaved-1f1b.md").read_text()
+    for v, rel, tot, mem in [(1, "0.4375", "0.304", "8A"), (2, "0.219", "0.179", "11.5A"), (4, "0.109", "0.099", "9.75A")]:
+        tl = ps.simulate("1f1b", 8, 16) if v == 1 else page.interleaved(8, 16, v)
+        assert f"{tl.bubble_relative():.4f}".startswith(rel) or f"{tl.bubble_relative():.3f}" == rel
+        assert f"{tl.bubble_fraction():.3f}" == tot
+        assert f"{tl.inflight()[0] / v:g}A" == mem
+        row = next(ln for ln in text.splitlines() if re.match(rf"\s*\| {v} \| \$7/", ln))
+        assert rel in row and tot in row and mem.rstrip("A") in row
+
+
+def test_v_equals_1_row_has_1f1bs_step_time():
+    """Experiment 1's v = 1 rows run Definition 4.4.2's rule with one chunk: its makespan is 1F1B's (the page's
+    sentence), while its warm-up (and memory) is not (test_v_equals_1_is_1f1b_not_the_interleaved_formula)."""
+    for p, m in ((2, 8), (4, 8), (4, 16), (8, 32)):
+        assert page.interleaved(p, m, 1).makespan == pytest.approx(ps.simulate("1f1b", p, m, t_f=1.0, t_b=2.0, t_w=0.0).makespan)
