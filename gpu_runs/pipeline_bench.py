@@ -12,8 +12,19 @@ program records, on every rank, what really ran:
     after the step (no synchronize around a chunk, which would also wait for the pending send/recv and
     serialise them), placed on the host clock by a reference event taken after a barrier and a
     synchronize; on CPU time.perf_counter;
-  * the saved activations alive on the rank (autograd saved-tensor hooks; parameters excluded),
-    as a peak in bytes and in micro-batches' worth of one stage's activations;
+  * the activations alive on the rank, counted twice, each in a step of its own after the timed steps
+    (the timed steps carry no memory instrumentation):
+      - without touching autograd (LiveCounter): after every forward call the storages that autograd
+        saved in that chunk's graph are found by walking the graph and registered as weak references
+        (weakref.ref to the untyped storage; nothing keeps them alive); after every call the program
+        counts the (stage, micro-batch) pairs whose storages are still alive. This is
+        `peak_live_microbatches` and `live_trace`;
+      - with autograd saved-tensor hooks (Recorder.hooks), whose pack hook holds each saved tensor:
+        `peak_live_microbatches_hooked` and the byte counts `peak_saved_bytes` / `per_mb_saved_bytes`.
+        Where the backward is split (input grad, then weight grad: retain_graph=True in torch's
+        stage_backward_input, torch/distributed/pipelining/_backward.py:250) the held tensors of a
+        non-first stage outlive their graph, so this count is larger than what is really alive: the
+        instrumentation changes what it measures, and the file keeps both to show it;
   * the loss and the gradients against the same model run without a pipeline.
 
 Two variants of the same layer:
@@ -27,8 +38,11 @@ Two variants of the same layer:
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import sys
 import time  # the sleep variant's compute
+import weakref
 from pathlib import Path
 
 import torch
@@ -43,12 +57,13 @@ from torch.distributed.pipelining import (  # noqa: E402
     ScheduleInterleavedZeroBubble, ScheduleLoopedBFS, ScheduleZBVZeroBubble)
 
 PROGRAM = "pipeline_bench"
-# layers: L (divisible by 4); d, rows: width and rows per micro-batch of the real variant; sleep_d,
+# layers: L (divisible by 4, at least 2 per stage of a v = 2 schedule, so every stage saves an activation
+# that is neither its input nor its output: what LiveCounter counts); d, rows: width and rows per micro-batch of the real variant; sleep_d,
 # sleep_rows: the same for the sleep variant (tiny, so its real arithmetic is negligible next to the
 # sleeps); sleep_ms: T per layer and per op (forward, input grad, weight grad); steps: measured steps
 # per run (after one warm-up step)
 PRESETS = {
-    "tiny": {"layers": 4, "d": 16, "rows": 4, "sleep_d": 8, "sleep_rows": 2, "sleep_ms": 2.0, "steps": 2,
+    "tiny": {"layers": 8, "d": 16, "rows": 4, "sleep_d": 8, "sleep_rows": 2, "sleep_ms": 1.0, "steps": 1,
              "m_all": 4, "m_sweep": [1, 2, 4], "variants": ["sleep", "real"]},
     "full": {"layers": 8, "d": 512, "rows": 128, "sleep_d": 16, "sleep_rows": 4, "sleep_ms": 3.0, "steps": 5,
              "m_all": 8, "m_sweep": [1, 2, 4, 8, 16], "variants": ["sleep", "real"]},
@@ -126,6 +141,7 @@ class Recorder:
         self.live: dict = {}  # (stage, micro-batch) -> bytes alive
         self.peak_live = 0  # most (stage, micro-batch) pairs with activations alive at once
         self._param_ptrs = {p.untyped_storage().data_ptr() for p in params}
+        self.counter: LiveCounter | None = None  # set for the step that counts live activations by weakref
 
     def wrap(self, stage):
         rec = self
@@ -140,6 +156,10 @@ class Recorder:
                 rec.events.append({"op": op, "stage": stage.stage_index, "mb": int(chunk_id),
                                    "start": t, "end": rec.clock.mark(),    # marks: read() after the step
                                    **({"full": bool(full)} if op == "B" else {})})
+                if rec.counter is not None:  # the weakref step only: after the call's end mark
+                    if op == "F":
+                        rec.counter.register(stage, int(chunk_id))
+                    rec.counter.count(op if op != "B" or full else "I", stage.stage_index, int(chunk_id))
                 return out
             return run
 
@@ -177,6 +197,52 @@ class Recorder:
 
         return torch.autograd.graph.saved_tensors_hooks(lambda t: Held(t), lambda h: h.t)
 # --8<-- [end:instrument]
+
+
+# --8<-- [start:live_counter]
+class LiveCounter:
+    """Activations alive on this rank, without hooks: weak references to the storages each chunk's graph saved.
+
+    After a forward call for (stage, micro-batch), walk that chunk's autograd graph from its outputs and take
+    every saved tensor (the nodes' `_saved_*` attributes) that is not a parameter, not one of the chunk's
+    inputs and not one of its outputs: torch keeps those for other reasons (parameters; one receive buffer
+    per micro-batch for the whole run, stage.py:2249-2265; the last stage's outputs for the step's return
+    value, stage.py:908). Register each such storage as a weakref. After every call, a pair is alive while one
+    of its storages is. Nothing here holds a tensor, so nothing lives longer than it would without it."""
+
+    def __init__(self, params):
+        self._params = {q.untyped_storage()._cdata for q in params}
+        self.refs: dict = {}  # (stage, mb) -> [(weakref to storage, nbytes)]
+        self.trace: list = []  # after each call: [op, stage, mb, pairs alive]
+        self.peak = self.peak_bytes = 0
+
+    def register(self, stage, mb: int) -> None:
+        out, inputs = stage.fwd_cache[mb]
+        skip = self._params | {t.untyped_storage()._cdata for t in (*out, *inputs) if isinstance(t, torch.Tensor)}
+        seen, todo, refs = set(), [t.grad_fn for t in out if isinstance(t, torch.Tensor) and t.grad_fn], []
+        while todo:
+            node = todo.pop()
+            if node is None or node in seen:
+                continue
+            seen.add(node)
+            for name in dir(node):
+                if name.startswith("_saved_") and not name.endswith(("_sym_sizes", "_sym_strides")):
+                    t = getattr(node, name)
+                    if isinstance(t, torch.Tensor):
+                        st = t.untyped_storage()
+                        if st._cdata not in skip:
+                            skip.add(st._cdata)
+                            refs.append((weakref.ref(st), st.nbytes()))
+            todo += [f for f, _ in node.next_functions]
+        self.refs[(stage.stage_index, mb)] = refs
+
+    def count(self, op: str, stage_index: int, mb: int) -> None:
+        alive = {k: [r for r in rs if r[0]() is not None] for k, rs in self.refs.items()}
+        self.refs = {k: rs for k, rs in alive.items() if rs}
+        self.peak = max(self.peak, len(self.refs))
+        self.peak_bytes = max(self.peak_bytes, sum(n for rs in self.refs.values() for _, n in rs))
+        self.trace.append([op, stage_index, mb, len(self.refs)])
+# --8<-- [end:live_counter]
 
 
 def full_model(layers: int, d: int, sleep_s):
@@ -223,24 +289,35 @@ def run_one(env, cfg, name, m, variant):
         rec.wrap(st)
         stages.append(st)
     sched = cls(stages if v > 1 else stages[0], n_microbatches=m, loss_fn=nn.functional.mse_loss)
-    steps, out_losses = [], []
-    for it in range(cfg["steps"] + 1):
+    steps, out_losses, memory = [], [], {}
+    # step 0 warms up; steps 1..steps are timed (no memory instrumentation); then one step counts live
+    # activations by weakref (LiveCounter) and one with the saved-tensor hooks (Recorder.hooks)
+    for it in range(cfg["steps"] + 3):
+        phase = "timed" if 0 < it <= cfg["steps"] else ("warmup" if it == 0 else
+                                                         "weakref" if it == cfg["steps"] + 1 else "hooks")
         for mod in mods:
             mod.zero_grad()
+        gc.collect()
         rec.events, rec.peak, rec.alive, rec.live, rec.peak_live = [], 0, 0, {}, 0
+        rec.counter = LiveCounter(params) if phase == "weakref" else None
         losses: list = []
         # times are on the host's time.perf_counter() (CLOCK_MONOTONIC, shared by the processes of one
         # host), so the ranks' timelines line up without relying on when each rank left the barrier
         rec.t0 = 0.0
         rec.clock.start(barrier=True)
-        with rec.hooks():
+        with rec.hooks() if phase == "hooks" else contextlib.nullcontext():
             if 0 in ids:
                 sched.step(x.to(env.device), target=y.to(env.device), losses=losses)
             else:
                 sched.step(target=y.to(env.device), losses=losses)
         events = rec.read()
-        if it > 0:  # the first step is a warm-up
-            steps.append({"events": events, "peak_saved_bytes": rec.peak, "peak_live": rec.peak_live})
+        if phase == "timed":
+            steps.append({"events": events})
+        elif phase == "weakref":
+            memory.update(peak_live=rec.counter.peak, peak_live_bytes=rec.counter.peak_bytes, live_trace=rec.counter.trace)
+        elif phase == "hooks":
+            memory.update(peak_saved_bytes=rec.peak, peak_live_hooked=rec.peak_live)
+        rec.counter = None
         out_losses = losses
     # correctness against the unpipelined model (ref on CPU, sleeps included in the reference: identity maps)
     ref_loss, ref_grads = reference(ref_model, x, y, m)
@@ -256,7 +333,7 @@ def run_one(env, cfg, name, m, variant):
     per_mb_bytes = probe.peak
     del out
     return {"loss": loss_val, "ref_loss": ref_loss, "grad_max_err": err, "per_mb_saved_bytes": per_mb_bytes,
-            "steps": steps}
+            "steps": steps, **memory}
 
 
 def summarize(per_rank, p):
@@ -277,6 +354,8 @@ def summarize(per_rank, p):
 
 def measure(env, cfg, args):
     torch.set_num_threads(1)
+    if cfg["layers"] // (2 * env.world_size) < 2:  # LiveCounter counts what a stage saves besides its input and output
+        raise ValueError("pipeline_bench needs at least 2 layers per stage of the v = 2 schedules")
     runs = []
     plan = [(name, cfg["m_all"]) for name in SCHEDULES]
     # micro-batch sweep; Schedule1F1B refuses m < p (torch checks n_microbatches >= number of stages)
@@ -297,8 +376,11 @@ def measure(env, cfg, args):
                 "ref_loss": per_rank[0]["ref_loss"],
                 "grad_max_err": max(r["grad_max_err"] for r in per_rank),
                 "per_mb_saved_bytes": [r["per_mb_saved_bytes"] for r in per_rank],
-                "peak_saved_bytes": [r["steps"][med]["peak_saved_bytes"] for r in per_rank],
-                "peak_live_microbatches": [max(s["peak_live"] for s in r["steps"]) for r in per_rank],
+                "peak_saved_bytes": [r["peak_saved_bytes"] for r in per_rank],  # hooks step
+                "peak_live_microbatches": [r["peak_live"] for r in per_rank],  # weakref step (LiveCounter)
+                "peak_live_bytes": [r["peak_live_bytes"] for r in per_rank],
+                "peak_live_microbatches_hooked": [r["peak_live_hooked"] for r in per_rank],
+                "live_trace": [r["live_trace"] for r in per_rank],
                 "step_stats": [{k: s[k] for k in ("makespan_s", "bubble_fraction", "bubble_relative")}
                                for s in steps],
                 "median_step": med,
@@ -313,7 +395,10 @@ def measure(env, cfg, args):
               **{k: cfg[k] for k in ("layers", "d", "rows", "sleep_d", "sleep_rows", "sleep_ms", "steps", "m_all",
                                      "m_sweep")},
               "clock": ("CUDA events around each chunk call, read after the step" if harness.on_cuda(env)
-                        else "time.perf_counter around each chunk call")}
+                        else "time.perf_counter around each chunk call"),
+              "memory": ("timed steps uninstrumented; peak_live_microbatches / peak_live_bytes / live_trace from one "
+                         "more step, weak references to the saved storages (no hooks); peak_live_microbatches_hooked "
+                         "/ peak_saved_bytes from one more step under saved_tensors_hooks that hold the tensors")}
     return params, runs
 
 

@@ -110,3 +110,33 @@ def test_chimera_64_stages_under_a_second():
     took = time.perf_counter() - t0
     assert took < 1.0 * slowdown(), f"chimera: {took:.2f} s"
     assert len(tl.start) == 2 * 64 * 64 and tl.makespan == 2 * 64 + 64 - 2
+
+
+def test_interleaved_zb_order_is_torchs_table():
+    """order_interleaved_zb (Ch4-05) equals torch's ScheduleInterleavedZeroBubble pipeline_order, Nones dropped."""
+    from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops
+
+    kind = {"FORWARD": "F", "BACKWARD_INPUT": "B", "BACKWARD_WEIGHT": "W"}
+    for p, m in [(2, 4), (2, 8), (3, 6), (4, 8), (4, 12), (4, 16)]:
+        ops = get_schedule_ops("InterleavedZeroBubble", p, m, num_stages_per_rank=2)
+        for r in range(p):
+            theirs = [(kind[a.computation_type.name], a.microbatch_index, a.stage_index) for a in ops[r] if a]
+            assert [(o, i, c * p + r) for o, i, c in ps.order_interleaved_zb(r, p, m, 2)] == theirs, (p, m, r)
+
+
+def test_peak_live_is_the_timeline_inflight():
+    """peak_live (order only) equals Timeline.inflight (from simulated start times) for the schedules both know."""
+    for p, m in [(2, 8), (4, 8), (4, 16), (8, 32)]:
+        for sched, until in [("gpipe", "B"), ("1f1b", "B"), ("interleaved", "B"), ("looped_bfs", "B"), ("zb_h1", "W"),
+                             ("zbv", "W")]:
+            orders, v, _ = ps.orders_of(sched, p, m)
+            assert [ps.peak_live(o) for o in orders] == list(ps.simulate(sched, p, m, v).inflight(until)), (sched, p, m)
+
+
+def test_several_steps_of_64_stages_under_a_second():
+    for sched, p in (("zb_h2", 64), ("zbv", 32), ("dualpipev", 32), ("interleaved_zb", 32)):  # 64 stages each
+        ps._ZB_H2.clear()
+        t0 = time.perf_counter()
+        out = ps.simulate_steps(sched, p, 64, steps=2, sync=False)
+        assert time.perf_counter() - t0 < 1.0 * slowdown(), sched
+        assert out["bubble_steady"] >= -1e-12

@@ -1,4 +1,5 @@
-"""Ch4-05 Chimera, zero bubble, 2D/3D: B/W split, ZB-H1 (p−1)/(3m), ZBV / DualPipeV measured, bidirectional pipelines."""
+"""Ch4-05 Chimera, zero bubble, 2D/3D: B/W split, ZB-H1 / ZB-H2 / ZBV, per-step vs steady-state bubble, DualPipeV's
+overlapped pairs, live activations measured by weak references, bidirectional pipelines."""
 from __future__ import annotations
 
 from snippets import results
@@ -32,9 +33,7 @@ def zb_rows(grid=((2, 8), (4, 8), (4, 16), (8, 32), (8, 64)), times=((1, 1, 1), 
             z = ps.simulate("zb_h1", p, m, t_f=tf, t_b=tb, t_w=tw)
             o = ps.simulate("1f1b", p, m, t_f=tf, t_b=tb, t_w=tw)
             rows.append([p, m, f"{tf:g}:{tb:g}:{tw:g}", f"{z.bubble_relative():.4f}",
-                         f"{float(ps.zb_h1_bubble_relative(p, m, tf, tb, tw)):.4f}", f"{o.bubble_relative():.4f}",
-                         f"{z.makespan:g}", f"{zb_h1_path_bound(p, m, tf, tb, tw):g}",
-                         " ".join(map(str, z.inflight("B"))), " ".join(map(str, o.inflight()))])
+                         f"{float(ps.zb_h1_bubble_relative(p, m, tf, tb, tw)):.4f}", f"{o.bubble_relative():.4f}"])
     return rows
 
 
@@ -48,7 +47,28 @@ def zb_gantt() -> str:
     return figures.svg(fig)
 
 
-MEASURED = ("1f1b", "interleaved", "interleaved_zb", "zbv", "dualpipev")
+MEASURED = ("gpipe", "1f1b", "interleaved", "looped_bfs", "interleaved_zb", "zbv", "dualpipev")
+
+
+def backward_calls(e: dict) -> dict:
+    """Recorded backward calls of one run: B (whole backward), I (input grad), W (weight grad)."""
+    ops: dict = {}
+    for acts in e["timeline"]:
+        for a in acts:
+            if a["op"] != "F":
+                k = "W" if a["op"] == "W" else ("B" if a.get("full", True) else "I")
+                ops[k] = ops.get(k, 0) + 1
+    return ops
+
+
+# --8<-- [start:live_vs_sim]
+def live_vs_simulator(e: dict) -> dict:
+    """One measured run: the live pairs counted by weakref and under the holding hooks, against the simulator's
+    in-flight count along the book's construction of the same order (pipeline_sim.orders_of, peak_live)."""
+    orders, _, _ = ps.orders_of(e["schedule"], len(e["timeline"]), e["m"])
+    return {"weakref": e["peak_live_microbatches"], "hooks": e["peak_live_microbatches_hooked"],
+            "simulator": [ps.peak_live(o) for o in orders]}
+# --8<-- [end:live_vs_sim]
 
 
 def measured_rows(run) -> list[list]:
@@ -58,18 +78,20 @@ def measured_rows(run) -> list[list]:
         for sched in MEASURED:
             e = entry(run, sched, v, m)
             b = ps.measured_bubbles(ps.measured_rows(e))
-            ops = {}
-            for acts in e["timeline"]:
-                for a in acts:
-                    if a["op"] == "F":
-                        continue
-                    k = "W" if a["op"] == "W" else ("B" if a.get("full", True) else "I")
-                    ops[k] = ops.get(k, 0) + 1
-            rows.append([v, e["torch_class"], " / ".join(",".join(map(str, s)) for s in e["stages_per_rank"]),
-                         f"{b['fraction']:.3f}", f"{b['relative']:.3f}",
-                         " / ".join(map(str, e["peak_live_microbatches"])),
+            live, ops = live_vs_simulator(e), backward_calls(e)
+            rows.append([f"{v}: {e['torch_class']}", f"{b['fraction']:.3f}",
+                         " / ".join(map(str, live["weakref"])), " / ".join(map(str, live["hooks"])),
+                         " / ".join(map(str, live["simulator"])),
                          ", ".join(f"{k} {ops[k]}" for k in ("B", "I", "W") if k in ops)])
     return rows
+
+
+def live_agreement(run) -> tuple[int, int, list[str]]:
+    """(runs whose weakref count equals the simulator, runs, schedules where the hooks count more)."""
+    es = run.measurements
+    same = sum(live_vs_simulator(e)["weakref"] == live_vs_simulator(e)["simulator"] for e in es)
+    more = sorted({e["torch_class"] for e in es if e["peak_live_microbatches_hooked"] != e["peak_live_microbatches"]})
+    return same, len(es), more
 
 
 def first_stage_split(run, sched: str = "zbv") -> list[list]:
@@ -92,16 +114,110 @@ def zbv_crossings(p: int) -> int:
     return sum(1 for s in range(2 * p - 1) if (s if s < p else 2 * p - 1 - s) != (s + 1 if s + 1 < p else 2 * p - 2 - s))
 
 
+def interleaved_crossings(p: int, v: int = 2) -> int:
+    """Forward rank crossings per micro-batch in the looped placement (stage s on rank s mod p): every one of
+    the p·v − 1 boundaries changes rank when p > 1."""
+    return sum(1 for s in range(p * v - 1) if s % p != (s + 1) % p)
+
+
 def zbv_rows(grid=((2, 8), (4, 8), (4, 16), (8, 32), (8, 64))) -> list[list]:
+    """ZBV against ZB-H1 (one step, T_F = T_B = T_W = 1 per chunk): bubble, memory of the busiest rank in
+    units of A (chunk = A/2), forward crossings per micro-batch of ZBV / interleaved v = 2 / 1F1B."""
     rows = []
     for p, m in grid:
         z = ps.simulate("zbv", p, m)
         h = ps.simulate("zb_h1", p, m)
         rows.append([p, m, f"{z.bubble_relative():.4f}", f"{h.bubble_relative():.4f}",
-                     f"{float(ps.zb_h1_bubble_relative(p, m)):.4f}",
-                     " ".join(map(str, z.inflight("W"))), " ".join(map(str, h.inflight("W"))),
-                     f"{z.inflight('W').max() / 2:g}", zbv_crossings(p), p - 1])
+                     f"{z.inflight('W').max() / 2:g} / {h.inflight('W').max():g}",
+                     f"{zbv_crossings(p)} / {interleaved_crossings(p)} / {p - 1}"])
     return rows
+
+
+# --8<-- [start:dualpipev_counts]
+def dualpipev_counts(p: int, m: int) -> list[dict]:
+    """Per rank, from the book's construction of DualPipeV (pipeline_sim.order_dualpipev): slots, overlapped
+    F/B pairs, and how many of the rank's 2m forwards and 2m backwards sit inside a pair."""
+    out = []
+    for r in range(p):
+        slots = ps.order_dualpipev(r, p, m)
+        pairs = [s for s in slots if s[0] == "OVERLAP"]
+        out.append({"rank": r, "slots": len(slots), "overlap": len(pairs),
+                    "slots_without_w": sum(1 for s in slots if s[0] != "W"), "forwards": 2 * m, "backwards": 2 * m})
+    return out
+# --8<-- [end:dualpipev_counts]
+
+
+def dualpipev_rows(grid=((2, 8), (4, 16), (8, 32))) -> list[list]:
+    rows = []
+    for p, m in grid:
+        c = dualpipev_counts(p, m)
+        ov = sum(x["overlap"] for x in c)
+        rows.append([p, m, " / ".join(str(x["overlap"]) for x in c), ov, sum(x["slots_without_w"] for x in c),
+                     f"{ov} / {sum(x['forwards'] for x in c)}"])
+    return rows
+
+
+# --8<-- [start:steps]
+STEADY = ("1f1b", "zb_h1", "interleaved_zb", "dualpipev", "zb_h2", "zbv")
+
+
+def steady_rows(grid=((4, 16), (8, 32)), steps: int = 4) -> list[list]:
+    """Several steps back to back, T_F = T_B = T_W = 1 per chunk: the bubble of one step with a per-step
+    synchronisation, the steady-state bubble without it (post-validation), the idle inside rank 0's own busy
+    span, and the peak live pairs of the busiest rank."""
+    rows = []
+    for p, m in grid:
+        for sched in STEADY:
+            sync = ps.simulate_steps(sched, p, m, steps=steps, sync=True)
+            post = ps.simulate_steps(sched, p, m, steps=steps, sync=False)
+            orders, _, _ = ps.orders_of(sched, p, m)
+            rows.append([f"{sched} (p = {p}, m = {m})", f"{sync['bubble_first']:.4f}", f"{post['bubble_steady']:.4f}",
+                         f"{ps.span_idle(sched, p, m)[0]:g}", max(ps.peak_live(o) for o in orders)])
+    return rows
+# --8<-- [end:steps]
+
+
+def steps_gantt(p: int = 4, m: int = 8, steps: int = 3) -> str:
+    """ZB-H1 and ZB-H2 over three steps, with and without the per-step synchronisation (hatched: odd steps)."""
+    fig, axes = figures.new(7.5, 6.4, nrows=4, squeeze=False, sharex=True)
+    for ax, (sched, sync) in zip(axes[:, 0], [("zb_h1", True), ("zb_h1", False), ("zb_h2", True), ("zb_h2", False)]):
+        tl = ps.simulate_steps(sched, p, m, steps=steps, sync=sync)
+        gantt(ax, tl["rows"], f"{sched}, p = {p}, m = {m}, step {steps} 개, " + ("step 마다 동기화" if sync else "post-validation (동기화 없음)"),
+                 label_mb=False)
+        for t in tl["step_end"]:
+            ax.axvline(t, color="black", lw=0.8, ls=":")
+    axes[-1, 0].set_xlabel("T_F 단위 (점선: step 의 끝; 빗금: 홀수 번째 step)")
+    fig.subplots_adjust(hspace=0.5, left=0.09, right=0.99, top=0.95, bottom=0.08)
+    return figures.svg(fig)
+
+
+def mechanism_svg(p: int = 4) -> str:
+    """Who holds which stage and which way a micro-batch moves: 1F1B, the V placement (ZBV, DualPipeV) and
+    the two pipelines of Chimera, p ranks as rows, stages as numbered boxes, arrows in forward order."""
+    fig, axes = figures.new(7.5, 2.9, ncols=3, squeeze=False)
+    panels = [("1F1B: stage s 는 rank s", [[(s, s) for s in range(p)]], ["#4C72B0"]),
+              ("V 배치: rank r 은 stage r, 2p−1−r", [[(s, s if s < p else 2 * p - 1 - s) for s in range(2 * p)]], ["#4C72B0"]),
+              ("Chimera: 두 pipeline (아래로 / 위로)", [[(s, s) for s in range(p)], [(s, p - 1 - s) for s in range(p)]],
+               ["#4C72B0", "#C44E52"])]
+    for ax, (title, paths, colours) in zip(axes[0], panels):
+        for k, (path, col) in enumerate(zip(paths, colours)):
+            xs = [(i if len(path) <= p else i) + 0.15 * k for i, _ in enumerate(path)]
+            ys = [r for _, r in path]
+            ax.plot(xs, ys, "-", color=col, lw=1.2, alpha=0.7)
+            for i in range(len(path) - 1):
+                ax.annotate("", (xs[i + 1], ys[i + 1]), (xs[i], ys[i]),
+                            arrowprops={"arrowstyle": "->", "color": col, "lw": 1.2})
+            for x, (s, r) in zip(xs, path):
+                ax.text(x, r, str(s), ha="center", va="center", fontsize=8, color="white",
+                        bbox={"boxstyle": "round,pad=0.25", "fc": col, "ec": "none"})
+        ax.set_yticks(range(p), [f"rank {r}" for r in range(p)])
+        ax.set_ylim(p - 0.4, -0.6)
+        ax.set_xticks([])
+        ax.set_xlabel("forward 의 순서 →", fontsize=8)
+        ax.set_title(title, fontsize=9)
+        ax.grid(False)
+    fig.subplots_adjust(wspace=0.35, left=0.08, right=0.99, top=0.88, bottom=0.12)
+    return figures.svg(fig)
 
 
 def measured_gantt(run, hardware: str = "") -> str:
@@ -117,19 +233,27 @@ def measured_gantt(run, hardware: str = "") -> str:
 
 
 # --8<-- [start:chimera]
-def chimera_rows(grid=((2, 2), (2, 4), (4, 4), (4, 8), (8, 8), (8, 16)), backward=(1.0, 2.0)) -> list[list]:
-    """Bidirectional (this book's list schedule) vs 1F1B, T_F = 1, whole backward = `backward` (T_W = 0)."""
+CHIMERA_GRID = tuple((p, m) for p in (2, 4, 8) for m in (p, 2 * p, 4 * p, 8 * p))
+
+
+def chimera_rows(grid=CHIMERA_GRID, backward=(1.0, 2.0)) -> list[list]:
+    """Bidirectional (this book's list schedule) vs 1F1B, T_F = 1, whole backward = `backward` (T_W = 0),
+    both bubbles as a fraction of total time, and which of the two is smaller."""
     rows = []
     for bwd in backward:
         for p, m in grid:
-            c = ps.simulate("chimera", p, m, t_f=1.0, t_b=bwd, t_w=0.0)
-            o = ps.simulate("1f1b", p, m, t_f=1.0, t_b=bwd, t_w=0.0)
-            rows.append([f"{bwd:g}", p, m, f"{c.bubble_fraction():.3f}", f"{(p - 2) / (2 * m + p - 2):.3f}",
-                         f"{o.bubble_fraction():.3f}",
-                         f"{1 - c.bubble_fraction() / o.bubble_fraction():.0%}" if o.bubble_fraction() else "—",
-                         " ".join(map(str, c.inflight())), " ".join(map(str, o.inflight())), p + 1])
+            c = ps.simulate("chimera", p, m, t_f=1.0, t_b=bwd, t_w=0.0).bubble_fraction()
+            o = ps.simulate("1f1b", p, m, t_f=1.0, t_b=bwd, t_w=0.0).bubble_fraction()
+            rows.append([f"{bwd:g}", f"p = {p}, m = {m}", f"{c:.3f}", f"{(p - 2) / (2 * m + p - 2):.3f}",
+                         f"{o:.3f}", "양방향" if c < o else "1F1B"])
     return rows
 # --8<-- [end:chimera]
+
+
+def chimera_wins(backward: float = 2.0) -> dict:
+    """Where the bidirectional construction beats 1F1B on the grid, and where it loses."""
+    rows = [r for r in chimera_rows(backward=(backward,))]
+    return {"wins": [r[1] for r in rows if r[5] == "양방향"], "loses": [r[1] for r in rows if r[5] == "1F1B"]}
 
 
 # --------------------------------------------------------------------------- per-hardware tabs (plumbing)
@@ -141,9 +265,13 @@ def zero_bubble_tab(plat) -> str:
         return missing(plat)
     m = run.params["m_all"]
     worst = max(entry(run, s, v, m)["grad_max_err"] for s in MEASURED for v in ("sleep", "real"))
-    table = results.markdown_table(["변형", "schedule", "stage 배치 (rank 0 / 1)", "𝓑_tot 측정", "𝓑_ideal 측정",
-                                    "peak 살아 있는 (rank 0 / 1)", "backward 호출"], measured_rows(run))
-    return (preset_line(run) + "\n\n" + table + f"\n\npipeline 없이 계산한 gradient 와의 최대 차이 (모든 행): {worst:.1e}\n\n"
+    table = results.markdown_table(["변형: schedule", "𝓑_tot 측정", "live: weakref", "live: hook",
+                                    "live: 시뮬레이터", "backward 호출"], measured_rows(run))
+    same, n, more = live_agreement(run)
+    reading = (f"weakref 로 센 peak live 가 시뮬레이터와 같은 실행: **{same} / {n}** (이 파일의 모든 실행, m 을 바꾼 실행 포함). "
+               f"hook 으로 센 값이 더 큰 schedule: {', '.join(f'`{c}`' for c in more) or '없음'}.")
+    return (preset_line(run) + "\n\n" + table + "\n\n" + reading
+            + f"\n\npipeline 없이 계산한 gradient 와의 최대 차이 (모든 행): {worst:.1e}\n\n"
             + measured_gantt(run, hw_short(plat)))
 
 

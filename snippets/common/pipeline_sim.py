@@ -512,3 +512,237 @@ def max_overlap(rows: list[list[dict]]) -> float:
         active += d
         last = t
     return total
+
+
+# --------------------------------------------------------------------------- Ch4-05: explicit orders, several steps
+# Orders here are lists of actions (op, micro-batch, chunk) with op in {"F", "B", "W", "BW"}: "B" is the
+# input-grad half of a split backward, "W" its weight-grad half, "BW" a whole (unsplit) backward. Schedules
+# that mix both (DualPipeV) need the fourth op; the functions above keep their three.
+
+
+# --8<-- [start:order-interleaved-zb]
+def order_interleaved_zb(r: int, p: int, m: int, v: int = 2) -> list[tuple[str, int, int]]:
+    """torch's ScheduleInterleavedZeroBubble (the paper's ZB1P on v chunks): the looped chunks' forwards in
+    rounds of m/rounds micro-batches, (v−1)·round + p−1−r warm-up forwards (one per hop, not two as in
+    interleaved 1F1B), then one F one B (input grad); rank r runs a W after each B once it has deferred r."""
+    rounds = max(1, m // p)
+    per_round = m // rounds
+    warm = min((v - 1) * per_round + p - 1 - r, m * v)
+    nxt = {("F", c): 0 for c in range(v)} | {("B", c): 0 for c in range(v)} | {("W", c): 0 for c in range(v)}
+
+    def act(op, c):
+        i = nxt[(op, c)]
+        nxt[(op, c)] += 1
+        return (op, i, c)
+
+    f_chunk = lambda k: (k // per_round) % v  # noqa: E731  the k-th forward's chunk
+    b_chunk = lambda k: v - 1 - (k // per_round) % v  # noqa: E731  the k-th backward's chunk
+    out = [act("F", f_chunk(k)) for k in range(warm)]
+    done_b: list[int] = []  # chunks of the backwards run so far, oldest first (their W follow in that order)
+    n_w = 0
+    for k in range(m * v):
+        if warm + k < m * v:
+            out.append(act("F", f_chunk(warm + k)))
+        out.append(act("B", b_chunk(k)))
+        done_b.append(b_chunk(k))
+        if k >= r:
+            out.append(act("W", done_b[n_w]))
+            n_w += 1
+    out += [act("W", c) for c in done_b[n_w:]]
+    return out
+# --8<-- [end:order-interleaved-zb]
+
+
+# --8<-- [start:order-dualpipev]
+def order_dualpipev(r: int, p: int, m: int) -> list[tuple]:
+    """DualPipeV (DeepSeek-V3's DualPipe folded into a V, as torch's ScheduleDualPipeV builds it): chunk 0 is
+    stage r, chunk 1 stage 2p−1−r. Returns the rank's SLOTS: an action (op, mb, chunk), or ("OVERLAP", f, bw)
+    pairing one micro-batch's forward with another's whole backward, which a runtime may run at once (torch
+    runs the two one after the other unless a custom OVERLAP_F_B function is registered)."""
+    if m < 2 * p:
+        raise ValueError("DualPipeV needs at least 2p micro-batches")
+    nxt: dict = {}
+    pending_w: list[tuple[int, int]] = []  # (chunk, mb) of split backwards, oldest first
+    out: list[tuple] = []
+
+    def take(op, c):  # the next micro-batch index of (op, chunk); B and BW share one counter
+        key = ("B" if op in ("B", "BW") else op, c)
+        i = nxt.get(key, 0)
+        nxt[key] = i + 1
+        if op == "B":
+            pending_w.append((c, i))
+        return (op, i, c)
+
+    def weight():
+        if pending_w:
+            c, i = pending_w.pop(0)
+            out.append(("W", i, c))
+
+    out += [take("F", 0) for _ in range(2 * (p - r - 1))]          # 1: chunk 0 forwards
+    for _ in range(r + 1):                                          # 2: F0 F1
+        out += [take("F", 0), take("F", 1)]
+    for _ in range(p - r - 1):                                      # 3: B1 W1 F1 (zero bubble)
+        out.append(take("B", 1))
+        weight()
+        out.append(take("F", 1))
+    for i in range(m - 2 * p + r + 1):                              # 4: the main part, overlapped pairs
+        if i == 0 and r == p - 1:
+            out += [take("F", 0), take("BW", 1)]                    # not overlapped: a smaller bubble
+        else:
+            out.append(("OVERLAP", take("F", 0), take("BW", 1)))
+        out.append(("OVERLAP", take("F", 1), take("BW", 0)))
+    for _ in range(p - r - 1):                                      # 5: B1, then F1 with B0
+        out.append(take("BW", 1))
+        out.append(("OVERLAP", take("F", 1), take("BW", 0)))
+    zb = False
+    for i in range(r + 1):                                          # 6: B1 B0, the second half split
+        if i == (r + 1) // 2 and r % 2 == 1:
+            zb = True
+        out.append(take("B" if zb else "BW", 1))
+        if i == (r + 1) // 2 and r % 2 == 0:
+            zb = True
+        out.append(take("B" if zb else "BW", 0))
+    for _ in range(p - r - 1):                                      # 7: W0 B0
+        weight()
+        out.append(take("B" if zb else "BW", 0))
+    for _ in range(r + 1):                                          # 8: the remaining weight passes
+        weight()
+    return out
+# --8<-- [end:order-dualpipev]
+
+
+_ZB_H2: dict = {}
+
+
+def flatten_slots(slots: list[tuple]) -> list[tuple[str, int, int]]:
+    """A rank's slots as the actions that run, an overlapped pair as its forward then its backward."""
+    out = []
+    for s in slots:
+        out += [s[1], s[2]] if s[0] == "OVERLAP" else [s]
+    return out
+
+
+# --8<-- [start:order-zb-h2]
+def order_zb_h2(r: int, p: int, m: int) -> list[tuple[str, int, int]]:
+    """ZB-H2 (Qi et al., ICLR 2024 §2.2), built the way the paper describes it: under T_F = T_B = T_W every
+    rank, whenever it is free, runs a ready B first; else the next F if fewer than 2p − 1 micro-batches are
+    alive on it (counted until their W: the paper's (2p−1)·M_B); else its oldest pending W. The extra warm-up
+    forwards fill the slots 1F1B leaves idle before its first B, and the W passes slide to the tail, so every
+    rank's busy span has no gap (the parallelogram of the paper's Figure 3)."""
+    if (p, m) not in _ZB_H2:
+        cap, end, done = 2 * p - 1, {}, [{"F": 0, "B": 0, "W": 0} for _ in range(p)]
+        orders: list[list[tuple[str, int, int]]] = [[] for _ in range(p)]
+        t = 0
+        while any(d["W"] < m for d in done):
+            for q, d in enumerate(done):  # every rank picks at integer time t (unit durations)
+                if end.get(("busy", q), 0) > t:
+                    continue
+                i, f = d["B"], d["F"]
+                if i < m and end.get(("F", i, q), t + 1) <= t and (q == p - 1 or end.get(("B", i, q + 1), t + 1) <= t):
+                    op, j = "B", i
+                elif f < m and f - d["W"] < cap and (q == 0 or end.get(("F", f, q - 1), t + 1) <= t):
+                    op, j = "F", f
+                elif d["W"] < d["B"]:
+                    op, j = "W", d["W"]
+                else:
+                    continue
+                end[(op, j, q)] = end[("busy", q)] = t + 1
+                d[op] += 1
+                orders[q].append((op, j, 0))
+            t += 1
+        _ZB_H2[(p, m)] = orders
+    return list(_ZB_H2[(p, m)][r])
+# --8<-- [end:order-zb-h2]
+
+
+# --8<-- [start:peak-live]
+def peak_live(order: list[tuple[str, int, int]]) -> int:
+    """Peak number of (micro-batch, chunk) activations alive along one rank's order: one more at its F, one
+    fewer at the last backward action of that (micro-batch, chunk): its W if the backward is split, else its
+    B / BW. Order alone decides it (Theorem 4.3.4's count)."""
+    last = {}
+    for k, (op, i, c) in enumerate(order):
+        if op != "F":
+            last[(i, c)] = k
+    live = peak = 0
+    for k, (op, i, c) in enumerate(order):
+        live += 1 if op == "F" else -(last[(i, c)] == k)
+        peak = max(peak, live)
+    return peak
+# --8<-- [end:peak-live]
+
+
+def orders_of(schedule: str, p: int, m: int) -> tuple[list[list[tuple[str, int, int]]], int, object]:
+    """(per-rank orders, v, stage function) of every schedule this book simulates, as explicit orders:
+    the ones of rank_order and interleaved_zb, zb_h2, dualpipev."""
+    if schedule == "interleaved_zb":
+        return [order_interleaved_zb(r, p, m, 2) for r in range(p)], 2, lambda r, c: c * p + r
+    if schedule == "zb_h2":
+        return [order_zb_h2(r, p, m) for r in range(p)], 1, lambda r, c: r
+    if schedule == "dualpipev":
+        return [flatten_slots(order_dualpipev(r, p, m)) for r in range(p)], 2, lambda r, c: r if c == 0 else 2 * p - 1 - r
+    v = 2 if schedule in ("zbv", "interleaved", "looped_bfs") else 1
+    split = schedule in SPLIT_BACKWARD
+    orders = [[(("B" if split else "BW") if o == "B" else o, i, c) for o, i, c in rank_order(schedule, r, p, m, v)]
+              for r in range(p)]
+    return orders, v, lambda r, c: stage_of(schedule, r, c, p, v)
+
+
+# --8<-- [start:simulate-steps]
+def simulate_steps(schedule: str, p: int, m: int, steps: int = 4, sync: bool = True, t_f: float = 1.0,
+                   t_b: float = 1.0, t_w: float = 1.0) -> dict:
+    """`steps` training steps back to back. Each rank runs step k's order, then its optimizer step (taken as
+    instant), then step k+1's order. sync=True: a global synchronisation between steps (gradient-norm
+    clipping, the NaN/inf check: an all-reduce over every stage), so no rank starts step k+1 before every rank
+    has ended step k. sync=False: Qi et al.'s optimizer post-validation (the check runs after the update and
+    rolls back if needed), so step k+1's forwards start as soon as their own dependencies allow.
+    Returns per-step end times, the steady-state period (last end − previous end) and the bubbles."""
+    orders, v, stage = orders_of(schedule, p, m)
+    n_st, dur = p * v, {"F": t_f, "B": t_b, "W": t_w, "BW": t_b + t_w}
+    acts = [[(op, k * m + i, stage(r, c), k) for k in range(steps) for op, i, c in o] for r, o in enumerate(orders)]
+    end: dict = {}  # (kind, mb, stage) -> end; kind F, G (input grad: B or BW) or W
+    free, pos = [0.0] * p, [0] * p
+    step_end, left = [0.0] * steps, [len(orders[r]) * steps for r in range(p)]
+    per_step_left = [sum(len(o) for o in orders)] * steps
+    work = [sum(dur[a[0]] for a in o) for o in orders]
+    rows: list[list[dict]] = [[] for _ in range(p)]  # per rank, in the format of `gantt` (chunk = step parity)
+    progress = True
+    while progress:
+        progress = False
+        for r in range(p):
+            while pos[r] < len(acts[r]):
+                op, i, s, k = acts[r][pos[r]]
+                if op == "F":
+                    deps = [("F", i, s - 1)] if s > 0 else []
+                elif op in ("B", "BW"):
+                    deps = [("F", i, s)] + ([("G", i, s + 1)] if s < n_st - 1 else [])
+                else:
+                    deps = [("G", i, s)]
+                if any(d not in end for d in deps) or (sync and k > 0 and per_step_left[k - 1] > 0):
+                    break
+                t0 = max([free[r]] + [end[d] for d in deps] + ([step_end[k - 1]] if sync and k > 0 else []))
+                t1 = free[r] = t0 + dur[op]
+                rows[r].append({"op": "B" if op == "BW" else op, "mb": i, "chunk": k % 2, "start": t0, "end": t1})
+                end[("F" if op == "F" else "W" if op == "W" else "G", i, s)] = t1
+                if op == "BW":
+                    end[("W", i, s)] = t1
+                step_end[k] = max(step_end[k], t1)
+                per_step_left[k] -= 1
+                left[r] -= 1
+                pos[r] += 1
+                progress = True
+    if any(left):
+        raise ValueError(f"{schedule}: the orders deadlock over {steps} steps (p={p}, m={m})")
+    period = step_end[-1] - step_end[-2] if steps > 1 else step_end[0]
+    ideal = max(work)
+    return {"step_end": step_end, "first_step": step_end[0], "period": period, "ideal": ideal,
+            "bubble_first": step_end[0] / ideal - 1, "bubble_steady": period / ideal - 1, "rows": rows}
+# --8<-- [end:simulate-steps]
+
+
+def span_idle(schedule: str, p: int, m: int, t_f: float = 1.0, t_b: float = 1.0, t_w: float = 1.0) -> list[float]:
+    """Idle time inside each rank's own busy span (its first start to its last end) in one step: the bubble
+    that no overlap of consecutive steps can remove (the next step's work comes after the span in the order)."""
+    rows = simulate_steps(schedule, p, m, steps=1, t_f=t_f, t_b=t_b, t_w=t_w)["rows"]
+    return [max(a["end"] for a in acts) - min(a["start"] for a in acts) - sum(a["end"] - a["start"] for a in acts)
+            for acts in rows]

@@ -46,13 +46,71 @@ def test_problem_2_gain_is_two_p_minus_one_tw():
         assert o.makespan - z.makespan == pytest.approx(2 * (p - 1) * tw)
 
 
-def test_zbv_half_of_zb_h1_memory_and_comm():
+def _torch_ops(name: str, p: int, m: int, **kw):
+    from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops
+
+    return get_schedule_ops(name, p, m, num_stages_per_rank=2, **kw)
+
+
+def test_zbv_bubble_memory_and_comm_against_torch_and_the_measurement():
+    """Experiment 3's table: the ZBV bubble is half of ZB-H1's closed form ((p−1)/(6m) against Theorem 4.5.4's
+    (p−1)/(3m)); its memory is the peak of torch's own ZBV table (2p chunks = pA) and, at p = 2, the weakref count of
+    the committed run; the crossings are torch's SEND_F actions per micro-batch (ZBV and interleaved v = 2)."""
+    kind = {"FORWARD": "F", "BACKWARD_INPUT": "B", "BACKWARD_WEIGHT": "W", "FULL_BACKWARD": "BW"}
     for row in page.zbv_rows():
-        p = row[0]
-        assert float(row[2]) == pytest.approx(float(row[3]) / 2, abs=1e-4)
-        assert row[5] == " ".join([str(2 * p)] * p) and float(row[7]) == p
-        assert row[6] == " ".join([str(p)] * p)  # ZB-H1 counted until W: every rank p (page, experiment 1)
-        assert row[8] == 2 * (p - 1) == 2 * row[9]
+        p, m = row[0], row[1]
+        assert float(row[2]) == pytest.approx((p - 1) / (6 * m), abs=1e-4)
+        assert float(row[3]) == pytest.approx(float(ps.zb_h1_bubble_relative(p, m)), abs=1e-4)
+        ops = _torch_ops("ZBVZeroBubble", p, m)
+        torch_peak = max(ps.peak_live([(kind[a.computation_type.name], a.microbatch_index, a.stage_index) for a in r if a])
+                         for r in ops)
+        assert row[4] == f"{torch_peak / 2:g} / {p:g}"
+        sends = {n: sum(1 for r in _torch_ops(n, p, 2 * p, with_comms=True) for a in r if a and a.computation_type.name == "SEND_F")
+                 for n in ("ZBVZeroBubble", "Interleaved1F1B")}
+        assert row[5] == f"{sends['ZBVZeroBubble'] // (2 * p)} / {sends['Interleaved1F1B'] // (2 * p)} / {p - 1}"
+    for run in RUNS:
+        e = page.entry(run, "zbv", "sleep", run.params["m_all"])
+        assert e["peak_live_microbatches"] == [2 * 2, 2 * 2]  # measured at p = 2: 2p chunks on every rank
+
+
+def test_dualpipev_counts_are_torchs_schedule_object():
+    """Experiment 3: the overlapped pairs printed from the book's construction equal torch's ScheduleDualPipeV
+    pipeline_order (OVERLAP_F_B actions per rank, slots other than W), and the construction is torch's slot by slot."""
+    kind = {"FORWARD": "F", "BACKWARD_INPUT": "B", "BACKWARD_WEIGHT": "W", "FULL_BACKWARD": "BW"}
+    for row in page.dualpipev_rows():
+        p, m = row[0], row[1]
+        ops = _torch_ops("DualPipeV", p, m)
+        per_rank = [sum(1 for a in r if a and a.computation_type.name == "OVERLAP_F_B") for r in ops]
+        assert row[2] == " / ".join(map(str, per_rank)) and row[3] == sum(per_rank)
+        assert row[4] == sum(1 for r in ops for a in r if a and a.computation_type.name != "BACKWARD_WEIGHT")
+        assert row[5] == f"{sum(per_rank)} / {2 * m * p}"
+    assert page.dualpipev_rows()[0][3:5] == [22, 42]  # the review's count at p = 2, m = 8 (22 of 42)
+    for p, m in [(2, 4), (2, 8), (3, 6), (4, 8), (4, 16)]:
+        ops = _torch_ops("DualPipeV", p, m)
+        for r in range(p):
+            def conv(a):
+                if a.computation_type.name == "OVERLAP_F_B":
+                    return ("OVERLAP", *(conv(x) for x in a.sub_actions))
+                return (kind[a.computation_type.name], a.microbatch_index, 0 if a.stage_index == r else 1)
+            assert ps.order_dualpipev(r, p, m) == [conv(a) for a in ops[r] if a]
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda r: r.hardware["id"])
+def test_live_activations_measured_by_weakref_equal_the_simulator(run):
+    """Experiment 2 (review WRONG 1) on every committed file: for every run of all seven torch schedules the
+    weakref count equals the simulator's in-flight count along the book's construction; the hook count is larger
+    exactly for the split-backward schedules (the page's reading), and the page's sentence says so."""
+    classes = set()
+    for e in run.measurements:
+        orders, _, _ = ps.orders_of(e["schedule"], 2, e["m"])
+        assert e["peak_live_microbatches"] == [ps.peak_live(o) for o in orders], (e["schedule"], e["variant"], e["m"])
+        if e["peak_live_microbatches_hooked"] != e["peak_live_microbatches"]:
+            classes.add(e["torch_class"])
+        assert all(h >= w for h, w in zip(e["peak_live_microbatches_hooked"], e["peak_live_microbatches"]))
+    assert {"ScheduleInterleavedZeroBubble", "ScheduleZBVZeroBubble"} <= classes
+    assert not classes & {"ScheduleGPipe", "Schedule1F1B", "ScheduleInterleaved1F1B", "ScheduleLoopedBFS"}
+    same, n, more = page.live_agreement(run)
+    assert (same, n, set(more)) == (len(run.measurements), len(run.measurements), classes)
 
 
 @pytest.mark.parametrize("run", RUNS, ids=lambda r: r.hardware["id"])
@@ -68,14 +126,56 @@ def test_measured_zero_bubble_runs(run):
         for r, acts in enumerate(rows):  # what ran is the simulator's (and torch's table's) ZBV order
             want = [(o, i, ps.stage_of("zbv", r, c, 2, 2)) for o, i, c in ps.rank_order("zbv", r, 2, m)]
             assert [(a["op"], a["mb"], a["stage"]) for a in acts] == want
-    rows = {r[1]: r for r in page.measured_rows(run) if r[0] == "sleep"}
-    assert rows["ScheduleZBVZeroBubble"][6] == f"I {4 * m}, W {4 * m}"
-    dp = dict(x.split() for x in rows["ScheduleDualPipeV"][6].split(", "))
-    assert int(dp["B"]) > int(dp["I"]) > 0  # DualPipeV splits only some backwards
+        # DualPipeV: the recorded calls are the book's construction (overlapped pairs run as F then whole B)
+        dp = page.entry(run, "dualpipev", v, m)
+        for r, acts in enumerate(ps.measured_rows(dp)):
+            want = [("B" if o == "BW" else o, i, c) for o, i, c in ps.flatten_slots(ps.order_dualpipev(r, 2, m))]
+            assert [("B" if a["op"] == "B" else a["op"], a["mb"], a["chunk"]) for a in acts] == want
+            n_bw = sum(1 for o in ps.flatten_slots(ps.order_dualpipev(r, 2, m)) if o[0] == "BW")
+            assert sum(1 for a in acts if a["op"] == "B" and a.get("full", True)) == n_bw
+    rows = {r[0]: r for r in page.measured_rows(run)}
+    assert rows["sleep: ScheduleZBVZeroBubble"][5] == f"I {4 * m}, W {4 * m}"
+    dp = dict(x.split() for x in rows["sleep: ScheduleDualPipeV"][5].split(", "))
+    n_split = sum(1 for r in range(2) for s in ps.order_dualpipev(r, 2, m) if s[0] == "B")
+    assert (int(dp["B"]), int(dp["I"]), int(dp["W"])) == (4 * m - n_split, n_split, n_split)
     # stage 0 has no input gradient: its input-grad calls are (near) empty and the weight-grad call does the work
     split = {r[0]: (float(r[1]), float(r[2])) for r in page.first_stage_split(run)}
     assert split[0][0] < 0.2 * split[0][1]
     assert split[1][0] > 0.3 * split[1][1]
+
+
+def test_theorem_457_steady_state_bubble():
+    """Theorem 4.5.7 and experiment 6: the several-step simulator against the one-step simulator (a second
+    implementation) for one synchronised step; post-validation's steady bubble = max_r idle_r / w_r; ZB-H1's idle
+    (p−1−r)·T_F; ZB-H2 and ZBV reach 0 without the sync and keep (p−1)/(3m), (p−1)/(6m) with it; ZB-H2 holds 2p−1."""
+    for p in (2, 4, 8):
+        for m in (2 * p, 4 * p, 8 * p):
+            for sched in ("1f1b", "zb_h1", "zbv", "gpipe", "interleaved"):
+                one = ps.simulate(sched, p, m, 2 if sched in ("zbv", "interleaved") else 1)
+                assert ps.simulate_steps(sched, p, m, steps=1)["first_step"] == pytest.approx(one.makespan)
+            for sched in page.STEADY:
+                post = ps.simulate_steps(sched, p, m, steps=4, sync=False)
+                idle = ps.span_idle(sched, p, m)
+                assert post["bubble_steady"] == pytest.approx(max(idle) / post["ideal"], abs=1e-12), (sched, p, m)
+            assert ps.span_idle("zb_h1", p, m) == [p - 1 - r for r in range(p)]
+            for sched, first in (("zb_h2", (p - 1) / (3 * m)), ("zbv", (p - 1) / (6 * m))):
+                assert ps.simulate_steps(sched, p, m, sync=False)["bubble_steady"] == pytest.approx(0, abs=1e-12)
+                assert ps.simulate_steps(sched, p, m, sync=True)["bubble_first"] == pytest.approx(first)
+            assert ps.simulate_steps("zb_h1", p, m, sync=False)["bubble_steady"] == pytest.approx((p - 1) / (3 * m))
+            assert [ps.peak_live(ps.order_zb_h2(r, p, m)) for r in range(p)] == [2 * p - 1] * p
+    rows = {r[0]: r for r in page.steady_rows()}
+    assert rows["zb_h2 (p = 8, m = 32)"][2] == rows["zbv (p = 8, m = 32)"][2] == "0.0000"
+    assert float(rows["zb_h1 (p = 8, m = 32)"][2]) > 0 and rows["zb_h1 (p = 8, m = 32)"][3] == "7"
+
+
+def test_zb_h2_is_a_valid_order():
+    """Every micro-batch runs F, B and W exactly once on the rank, W after its B (the construction loses nothing)."""
+    for p in (2, 3, 4, 8):
+        for m in (p, 2 * p, 5 * p):
+            for r in range(p):
+                o = ps.order_zb_h2(r, p, m)
+                assert sorted(o) == sorted((op, i, 0) for op in "FBW" for i in range(m))
+                assert all(o.index(("B", i, 0)) < o.index(("W", i, 0)) for i in range(m))
 
 
 def test_theorem_455_and_experiment_4_chimera():
@@ -86,9 +186,7 @@ def test_theorem_455_and_experiment_4_chimera():
             inf = c.inflight()
             assert inf.max() <= p + 1  # Theorem 4.5.5
             assert list(inf) == list(inf[::-1])  # balanced: rank r and p-1-r hold the same
-            if m == p:  # between p/2 + 1 and p (the page's remark)
-                assert inf.min() == p // 2 + 1 and inf.max() == p
-    # T_B = T_F: on the page's finite grid the list schedule meets the quoted formula exactly when p divides m,
+    # T_B = T_F: on the finite grid the list schedule meets the quoted formula exactly when p divides m,
     # and stays above it otherwise (what the page says)
     for p in (2, 4, 6, 8, 16):
         for m in range(2, 33, 2):
@@ -100,14 +198,19 @@ def test_theorem_455_and_experiment_4_chimera():
                 assert c.makespan > 2 * m + p - 2
     rows = page.chimera_rows()
     for r in rows:
-        bwd, p, m = float(r[0]), r[1], r[2]
-        assert float(r[3]) < float(r[5]) or p == 2 and float(r[3]) == 0.0 < float(r[5])  # below 1F1B
-        if p == 2:
-            assert r[3] == "0.000"  # p = 2: no bubble
-        elif bwd == 1.0:
-            assert r[3] == r[4]  # the formula's value
-        else:
-            assert float(r[3]) > float(r[4])  # backward = 2 T_F: above the formula (the page says so)
+        bwd, (p, m) = float(r[0]), [int(x.split("=")[1]) for x in r[1].split(",")]
+        o = (p - 1) / (m + p - 1)  # 1F1B's bubble, fraction of total time (GPipe's closed form)
+        assert float(r[4]) == pytest.approx(o, abs=5e-4)
+        assert r[5] == ("양방향" if float(r[2]) < o else "1F1B")
+        if bwd == 1.0:
+            assert r[2] == r[3] and r[5] == "양방향"
+        elif m <= 2 * p:
+            assert r[5] == "양방향"  # the page's claim: with backward = 2 T_F it wins wherever m ≤ 2p on the grid
+    w = page.chimera_wins(2.0)
+    assert set(w["loses"]) == {"p = 4, m = 32", "p = 8, m = 32", "p = 8, m = 64"}
+    got = {r[1]: (r[2], r[4]) for r in rows if r[0] == "2"}  # the Ch4 review's independent numbers
+    assert got["p = 8, m = 32"] == ("0.220", "0.179") and got["p = 8, m = 64"] == ("0.197", "0.099")
+    assert got["p = 4, m = 32"] == ("0.103", "0.086")
 
 
 def test_problem_1_numbers():
@@ -117,7 +220,8 @@ def test_problem_1_numbers():
 
 def test_figures_fit_the_cell_budget():
     run = RUNS[0]
-    for f in (page.zb_gantt, lambda: page.measured_gantt(run), page.chimera_gantt):
+    for f in (page.zb_gantt, lambda: page.measured_gantt(run), page.chimera_gantt, page.steps_gantt, page.mechanism_svg,
+              page.steady_rows):
         t0 = time.thread_time()
         f()
         assert time.thread_time() - t0 < cell_budget()

@@ -38,3 +38,27 @@ def test_pipeline_bench_tiny(run_tiny):
             assert r["peak_live_microbatches"] == [r["m"]] * 2
         if r["schedule"] == "1f1b":
             assert r["peak_live_microbatches"] == [min(2 - k, r["m"]) for k in range(2)]
+    live_activations_equal_the_simulator(runs)
+
+
+def live_activations_equal_the_simulator(runs):
+    """WRONG 1 of the Ch4 review: the live (stage, micro-batch) pairs counted by weak references to the saved
+    storages, in a real run of torch's seven schedules, equal the simulator's in-flight count along the book's own
+    construction of each order (pipeline_sim.orders_of / peak_live), per rank and after every call; the count under
+    saved-tensor hooks that hold the tensors is never smaller and is larger where the backward is split."""
+    for r in runs:
+        orders, _, _ = ps.orders_of(r["schedule"], 2, r["m"])
+        assert r["peak_live_microbatches"] == [ps.peak_live(o) for o in orders], (r["schedule"], r["variant"], r["m"])
+        for rank, trace in enumerate(r["live_trace"]):  # after every call, not only the peak
+            live, want, last = 0, [], {}
+            for k, (op, i, c) in enumerate(orders[rank]):
+                if op != "F":
+                    last[(i, c)] = k
+            for k, (op, i, c) in enumerate(orders[rank]):
+                live += 1 if op == "F" else -(last[(i, c)] == k)
+                want.append(live)
+            assert [t[3] for t in trace] == want, (r["schedule"], r["variant"], rank)
+        hooked = r["peak_live_microbatches_hooked"]
+        assert all(h >= w for h, w in zip(hooked, r["peak_live_microbatches"]))
+        if r["schedule"] in ("interleaved_zb", "zbv"):  # split backward: the hooks keep non-first stages alive
+            assert hooked != r["peak_live_microbatches"], r["schedule"]
