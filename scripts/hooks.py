@@ -438,7 +438,7 @@ def _references() -> dict:
     return _REFS
 
 
-def _short(ref: dict) -> str:
+def _base_label(ref: dict) -> str:
     authors = ref["authors"]
     if "short" in ref:  # a group author ("Llama Team", "PyTorch contributors") names itself
         return f"{ref['short']} {ref['year']}"
@@ -449,6 +449,30 @@ def _short(ref: dict) -> str:
     else:
         who = f"{authors[0].split()[-1]} et al."
     return f"{who} {ref['year']}"
+
+
+_LABELS: dict | None = None
+
+
+def _labels() -> dict[str, str]:
+    """Every key's citation label; keys whose labels would coincide (three Qi et al. 2024 papers) get
+    2024a, 2024b, ... in the order of scripts/references.yml, so a reader can tell them apart."""
+    global _LABELS
+    if _LABELS is None:
+        refs, groups = _references(), {}
+        for key, ref in refs.items():
+            groups.setdefault(_base_label(ref), []).append(key)
+        _LABELS = {}
+        for base, keys in groups.items():
+            for i, key in enumerate(keys):
+                _LABELS[key] = base if len(keys) == 1 else f"{base}{chr(ord('a') + i)}"
+    return _LABELS
+
+
+def _short(ref_or_key) -> str:
+    if isinstance(ref_or_key, str):
+        return _labels()[ref_or_key]
+    return _base_label(ref_or_key)
 
 
 def _rel_md(page, target: str) -> str:
@@ -468,7 +492,7 @@ def _cite(markdown: str, page) -> str:
             if k not in refs:
                 raise PluginError(f"{page.file.src_uri}: unknown citation key '@{k}' "
                                   f"(add it to scripts/references.yml)")
-            parts.append(f"[{_short(refs[k])}]({_rel_md(page, 'references.md')}#{k})")
+            parts.append(f"[{_short(k)}]({_rel_md(page, 'references.md')}#{k})")
         return "[" + "; ".join(parts) + "]"
 
     return CITE.sub(sub, markdown)
@@ -476,11 +500,11 @@ def _cite(markdown: str, page) -> str:
 
 def _references_block() -> str:
     out = []
-    for key, r in sorted(_references().items(), key=lambda kv: (kv[1]["authors"][0].split()[-1], kv[1]["year"])):
+    for key, r in sorted(_references().items(), key=lambda kv: (kv[1]["authors"][0].split()[-1], kv[1]["year"], _short(kv[0]))):
         link = (f"[arXiv:{r['arxiv']}](https://arxiv.org/abs/{r['arxiv']})" if r.get("arxiv")
                 else f"[doi:{r['doi']}](https://doi.org/{r['doi']})" if r.get("doi")
                 else f"[{r['url']}]({r['url']})")
-        out.append(f'- <span id="{key}"></span>**[{key}]** {", ".join(r["authors"])}. '
+        out.append(f'- <span id="{key}"></span>**[{_short(key)}]** `{key}` — {", ".join(r["authors"])}. '
                    f'*{r["title"]}*. {r["venue"]}, {r["year"]}. {link}')
     return "\n".join(out)
 
