@@ -132,7 +132,8 @@ def planner_vectors() -> list[dict]:
     cases.append((pl.LLAMA70B, replace(pl.H100_64, gpus=32), replace(pl.BATCH_4M, global_batch=256), 1, "none", A))
     for a in (pl.LEGACY, replace(A, tp_overlap=0.7), replace(A, mfu_curve=pl.halving_curve(8192, 0.1)),
               replace(A, interleave=2), replace(A, shapes=False), replace(A, embeddings=False),
-              replace(A, uneven_stages=True), replace(A, grad_bytes=2)):
+              replace(A, uneven_stages=True), replace(A, grad_bytes=2),
+              replace(A, uneven_stages=True, edge_layers_less=1)):
         cases.append((pl.LLAMA70B, pl.H100_64, pl.BATCH_4M, 1, "selective", a))
     cases.append((replace(pl.LLAMA70B, swiglu=False, ffn=0, kv_heads=0, dropout=True), pl.H100_64,
                   replace(pl.BATCH_4M, micro_batch=2), 0, "none", replace(A, interleave=2)))

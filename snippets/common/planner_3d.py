@@ -83,6 +83,8 @@ class Assumptions:
     interleave: int = 1             # v model chunks per rank (interleaved 1F1B); 1 = plain 1F1B
     logits_bytes: int = 4           # bytes per logit kept for the loss (fp32 cross-entropy)
     uneven_stages: bool = False     # allow p ∤ L (stages of ⌈L/p⌉ layers; Llama 3 405B: L = 126, p = 16)
+    edge_layers_less: int = 0       # layers taken off the first and the last stage each (Llama 3 §3.3.2: 1;
+                                    # 126 = 14·8 + 2·7); applied with plain 1F1B (v = 1) and p > 2 only
 
 
 LEGACY = Assumptions(tp_overlap=0.0, mfu_curve=(), grad_bytes=2, shapes=False, embeddings=False, interleave=1)
@@ -190,11 +192,14 @@ def evaluate(model: Model, cluster: Cluster, batch: Batch, d: int, t: int, p: in
     links = {"tp": axis_link(1, t, g), "pp": axis_link(t, p, g), "dp": axis_link(t * p, d, g)}
     ab_of = {"intra": (cluster.alpha_intra, 1 / cluster.intra_bw),
              "inter": (cluster.alpha_inter, 1 / cluster.inter_bw)}
-    stage_layers = math.ceil(L / p)                         # the largest stage (= L/p when p | L)
+    k = assume.edge_layers_less if (v == 1 and p > 2) else 0
+    stage_layers = math.ceil((L + 2 * k) / p)               # a middle stage (= L/p when p | L and k = 0)
+    edge_layers = stage_layers - k                          # the first and the last stage
     embed = assume.embeddings
     # parameters of one (tp, pp) rank: the first and the last stage also hold the embedding / LM head (V·h each)
-    first = (stage_layers * layer_params(model, assume) + (V * h if embed else 0)) / t
-    last = (stage_layers * layer_params(model, assume) + (V * h if embed else 0)) / t
+    first = (edge_layers * layer_params(model, assume) + (V * h if embed else 0)) / t
+    last = (edge_layers * layer_params(model, assume) + (V * h if embed else 0)) / t
+    middle = stage_layers * layer_params(model, assume) / t
     if p == 1:
         first = last = (L * layer_params(model, assume) + (2 * V * h if embed else 0)) / t
 
@@ -210,11 +215,18 @@ def evaluate(model: Model, cluster: Cluster, batch: Batch, d: int, t: int, p: in
         chunks_first = float(ps.one_f_one_b_peak_inflight(p, m, 0))   # min(p, m)
     inflight_last = float(ps.one_f_one_b_peak_inflight(p, m, p - 1))  # 1 (the whole batch one by one if p = 1)
     logits = b * s * V / t * assume.logits_bytes if embed else 0.0
-    mem_first = sum(states(first).values()) + per_layer * stage_layers * chunks_first + (logits if p == 1 else 0.0)
-    mem_last = sum(states(last).values()) + per_layer * stage_layers * inflight_last + logits
-    worst = "first" if mem_first >= mem_last else "last"
-    st = states(first if worst == "first" else last)
-    act = per_layer * stage_layers * (chunks_first if worst == "first" else inflight_last)
+    # stage 1 holds more layers than stage 0 when k > 0, with one micro-batch fewer in flight (1F1B: min(p−1, m))
+    inflight_second = float(ps.one_f_one_b_peak_inflight(p, m, 1)) if k else 0.0
+    cand = {"first": (first, edge_layers * chunks_first),
+            "last": (last, edge_layers * inflight_last)}
+    if k:
+        cand["second"] = (middle, stage_layers * inflight_second)
+    mem_of = {name: sum(states(n).values()) + per_layer * units
+              + (logits if name == "last" or (name == "first" and p == 1) else 0.0)
+              for name, (n, units) in cand.items()}
+    worst = max(mem_of, key=lambda name: (mem_of[name], name == "first"))   # ties: the first stage
+    st = states(cand[worst][0])
+    act = per_layer * cand[worst][1]
 
     al, be = ab_of[links["tp"]]
     tp_full = (tc.tp_comm_time_per_layer(t, b, s, h, al, be, recompute=recompute, sequence_parallel=True)
@@ -223,7 +235,7 @@ def evaluate(model: Model, cluster: Cluster, batch: Batch, d: int, t: int, p: in
     al, be = ab_of[links["pp"]]
     pp_s = (2 * m * v * (al + b * s * h * tc.E_16BIT / t * be)) if p > 1 else 0.0
     al, be = ab_of[links["dp"]]
-    shard = max(first, last)
+    shard = max(first, last, middle)
     dp_s = float(ab.ring_allreduce_time(d, assume.grad_bytes * shard, al, be)) if d > 1 else 0.0
     if zero_stage == 3 and d > 1:                           # parameters gathered again for the backward
         dp_s += float(tc.ring_allgather_time(d, zm.PARAM_BYTES * shard, al, be))
@@ -231,14 +243,16 @@ def evaluate(model: Model, cluster: Cluster, batch: Batch, d: int, t: int, p: in
     extra = 1 / 3 if recompute == "full" else 0.0           # full recompute re-runs the forward (1/3)
     rate = t * cluster.flops * mfu_at(cluster, model, t, assume)
     head = 3.0 * 2 * b * s * h * V if embed else 0.0        # LM head forward + backward, last stage
-    stage_flops = layer_flops(model, b, assume) * (1 + extra) * stage_layers + (head if p > 1 else 0.0)
+    lf = layer_flops(model, b, assume) * (1 + extra)
     if p == 1:
-        stage_flops += head
+        stage_flops = lf * stage_layers + head
+    else:                                                   # the slower of a middle stage and the last (+ LM head)
+        stage_flops = max(lf * stage_layers, lf * edge_layers + head)
     compute_s = stage_flops / rate * m                      # the slowest stage sets the pipeline's pace
     bubble = float(ps.interleaved_bubble_relative(p, m, v))
     # the pipeline's busy time (compute + exposed TP + P2P) stretched by the bubble; the DP reduction exposed
     step_s = (compute_s + tp_s + pp_s) * (1 + bubble) + dp_s
-    mem = st["params"] + st["grads"] + st["optimizer"] + act + (logits if worst == "last" or p == 1 else 0.0)
+    mem = mem_of[worst]
     return {"d": d, "t": t, "p": p, "m": m, "links": links,
             "mem": {**st, "activations": act, "total": mem, "stage": worst},
             "comm_s": {"tp": float(tp_s), "tp_hidden": float(tp_full - tp_s), "pp": float(pp_s), "dp": float(dp_s)},

@@ -15,7 +15,7 @@ export const layerFlopsLegacy = (b, s, h) => 3.0 * (24 * b * s * h * h + 4 * b *
 
 // planner_3d.Assumptions (defaults) and LEGACY
 export const ASSUMPTIONS = { tp_overlap: 0.0, mfu_curve: [], grad_bytes: 4, shapes: true, embeddings: true,
-  interleave: 1, logits_bytes: 4, uneven_stages: false };
+  interleave: 1, logits_bytes: 4, uneven_stages: false, edge_layers_less: 0 };
 export const LEGACY = { ...ASSUMPTIONS, grad_bytes: 2, shapes: false, embeddings: false };
 
 export const divisors = n => { const out = []; for (let k = 1; k <= n; k++) if (n % k === 0) out.push(k); return out; };
@@ -70,9 +70,11 @@ export function evaluate(model, cluster, batch, d, t, p, zeroStage = 1, recomput
   const m = Math.floor(batch.global_batch / (d * b)), g = cluster.gpus_per_node;
   const links = { tp: axisLink(1, t, g), pp: axisLink(t, p, g), dp: axisLink(t * p, d, g) };
   const ab = { intra: [cluster.alpha_intra, 1 / cluster.intra_bw], inter: [cluster.alpha_inter, 1 / cluster.inter_bw] };
-  const stageLayers = Math.ceil(L / p), embed = A.embeddings;
-  let first = (stageLayers * layerParams(model, A) + (embed ? V * h : 0)) / t;
+  const k = v === 1 && p > 2 ? A.edge_layers_less : 0;
+  const stageLayers = Math.ceil((L + 2 * k) / p), edgeLayers = stageLayers - k, embed = A.embeddings;
+  let first = (edgeLayers * layerParams(model, A) + (embed ? V * h : 0)) / t;
   let last = first;
+  const middle = stageLayers * layerParams(model, A) / t;
   if (p === 1) first = last = (L * layerParams(model, A) + (embed ? 2 * V * h : 0)) / t;
   const states = n => ({ params: PARAM_BYTES * n / (zeroStage >= 3 ? d : 1), grads: A.grad_bytes * n / (zeroStage >= 2 ? d : 1),
     optimizer: K_ADAM * n / (zeroStage >= 1 ? d : 1) });
@@ -81,29 +83,33 @@ export function evaluate(model, cluster, batch, d, t, p, zeroStage = 1, recomput
   const chunksFirst = v > 1 ? Math.min(interleavedFirstRankMemory(p, v), m) : Math.min(p, m);
   const inflightLast = Math.min(1, m);
   const logits = embed ? b * s * V / t * A.logits_bytes : 0.0;
-  const memFirst = sum(states(first)) + perLayer * stageLayers * chunksFirst + (p === 1 ? logits : 0.0);
-  const memLast = sum(states(last)) + perLayer * stageLayers * inflightLast + logits;
-  const worst = memFirst >= memLast ? "first" : "last";
-  const st = states(worst === "first" ? first : last);
-  const act = perLayer * stageLayers * (worst === "first" ? chunksFirst : inflightLast);
+  const cand = { first: [first, edgeLayers * chunksFirst], last: [last, edgeLayers * inflightLast] };
+  if (k) cand.second = [middle, stageLayers * Math.min(p - 1, m)];
+  const memOf = {};
+  for (const [name, [n, units]] of Object.entries(cand))
+    memOf[name] = sum(states(n)) + perLayer * units + (name === "last" || (name === "first" && p === 1) ? logits : 0.0);
+  let worst = "first";
+  for (const name of Object.keys(memOf)) if (memOf[name] > memOf[worst]) worst = name;
+  const st = states(cand[worst][0]);
+  const act = perLayer * cand[worst][1];
   let [al, be] = ab[links.tp];
   const tpFull = t > 1 ? tpCommTimePerLayer(t, b, s, h, al, be, recompute, true) * stageLayers * m : 0.0;
   const tpS = tpFull * (1 - A.tp_overlap);
   [al, be] = ab[links.pp];
   const ppS = p > 1 ? 2 * m * v * (al + b * s * h * E_16BIT / t * be) : 0.0;
   [al, be] = ab[links.dp];
-  const shard = Math.max(first, last);
+  const shard = Math.max(first, last, middle);
   let dpS = d > 1 ? ringAllreduceTime(d, A.grad_bytes * shard, al, be) : 0.0;
   if (zeroStage === 3 && d > 1) dpS += ringAllgatherTime(d, PARAM_BYTES * shard, al, be);
   const extra = recompute === "full" ? 1 / 3 : 0.0;
   const rate = t * cluster.flops * mfuAt(cluster, model, t, A);
   const head = embed ? 3.0 * 2 * b * s * h * V : 0.0;
-  let stageFlops = layerFlops(model, b, A) * (1 + extra) * stageLayers + (p > 1 ? head : 0.0);
-  if (p === 1) stageFlops += head;
+  const lf = layerFlops(model, b, A) * (1 + extra);
+  const stageFlops = p === 1 ? lf * stageLayers + head : Math.max(lf * stageLayers, lf * edgeLayers + head);
   const computeS = stageFlops / rate * m;
   const bubble = (p - 1) / (v * m);
   const stepS = (computeS + tpS + ppS) * (1 + bubble) + dpS;
-  const mem = st.params + st.grads + st.optimizer + act + (worst === "last" || p === 1 ? logits : 0.0);
+  const mem = memOf[worst];
   return { d, t, p, m, links, mem: { ...st, activations: act, total: mem, stage: worst },
     comm_s: { tp: tpS, tp_hidden: tpFull - tpS, pp: ppS, dp: dpS }, compute_s: computeS, bubble, step_s: stepS,
     fits: mem <= cluster.mem_bytes, tokens_per_s: batch.global_batch * s / stepS };
