@@ -179,7 +179,7 @@ def layer_forward_flops(b: int, s: int, h: int) -> float:
 def p2p_vs_compute(b: int, s: int, h: int, e: int, layers_per_stage: int, alpha: float, bw: float, flops: float) -> dict:
     """The send of one boundary activation (α + S·β, β = 1/BW) against the stage's forward of one micro-batch
     (layers · FLOPs / F). With the send overlapped (torch's batched isend/irecv, Megatron's overlap_p2p_comm),
-    it hides when ratio ≤ 1; the bandwidth part of the ratio, S·β / T_F = e·F / ((24h + 4s)·h·layers·BW),
+    it hides when ratio ≤ 1; the bandwidth part of the ratio, S·β / T_F = e·F / ((24h + 4s)·layers·BW),
     does not depend on b."""
     size = boundary_bytes(b, s, h, e)
     t_comm = alpha + size / bw

@@ -13,14 +13,16 @@ expert-parallel group size (ranks), e bytes per element.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import torch
 
 
 # --8<-- [start:route]
 def capacity(tokens: int, experts: int, cf: float, k: int = 1) -> int:
-    """Tokens one expert accepts from one group: ⌈k·T/E · CF⌉."""
-    return math.ceil(k * tokens / experts * cf)
+    """Tokens one expert accepts from one group: ⌈k·T/E · CF⌉, in exact rational arithmetic (in floating point
+    1000/10 · 1.1 = 110.00000000000001, whose ceiling is 111)."""
+    return math.ceil(Fraction(k * tokens, experts) * Fraction(cf).limit_denominator(1_000_000))
 
 
 def route(logits: torch.Tensor, k: int, cap: int):

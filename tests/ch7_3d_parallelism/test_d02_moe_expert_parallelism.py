@@ -65,6 +65,9 @@ def test_capacity_and_routing():
     assert moe.capacity(50, 5, 1.25) == 13        # 12.5 → 13
     assert moe.capacity(6, 4, 1.0, k=2) == 3      # 2·6/4 = 3 exactly
     assert moe.capacity(4096, 64, 1.25, k=2) == 160
+    # an exact product that floating point overshoots (1000/10 · 1.1 = 110.00000000000001): ⌈110⌉ = 110
+    assert moe.capacity(1000, 10, 1.1) == 110
+    assert moe.capacity(300, 3, 1.1) == 110       # 100 · 1.1, also 110.00000000000001 in float
     # and route() keeps exactly that many when every token wants the same expert
     logits = torch.zeros(10, 4)
     logits[:, 2] = 5.0
@@ -188,7 +191,8 @@ def test_padded_dispatch_bytes_from_the_real_all_to_all(r):
     E, W, h = m["E"], m["W"], p["h"]
     for rank in m["ranks"]:
         for x in rank["padded"]:
-            cap = math.ceil(p["k"] * p["T"] * x["cf"] / E)
+            num = p["k"] * p["T"] * round(x["cf"] * 100)     # φ has two decimals in the sweep: exact integers
+            cap = -(-num // (E * 100))                        # ⌈num / (100·E)⌉ without floating point
             assert x["capacity"] == cap and x["a2a_calls"] == 2
             assert x["a2a_bytes"] == 2 * E * cap * h * 4
             assert x["diff"] < 1e-5
