@@ -151,7 +151,7 @@ def holdings_diagram(n: int = 2) -> str:
     fig, ax = figures.new(8.6, 3.4)
     ax.set_axis_off()
     parts = [("θ (fp32 master) 의 shard", "C0", True), ("Adam μ, ν, step 의 shard", "C1", True),
-             ("LR scheduler (last_epoch)", "C2", False), ("RNG (CPU, CUDA, TP tracker)", "C3", False),
+             ("LR scheduler (last_epoch)", "C2", False), ("RNG (CPU, CUDA; Megatron 의 이름 붙인 tracker)", "C3", False),
              ("data 위치 / loader worker", "C4", False)]
     for r in range(n):
         x0 = 0.2 + r * 3.6
@@ -160,7 +160,7 @@ def holdings_diagram(n: int = 2) -> str:
             y = 4.6 - i * 1.0
             ax.add_patch(figures.plt.Rectangle((x0, y), 3.0, 0.8, fc=c, alpha=0.25 if sharded else 0.12,
                                                ec=c, lw=1.5, ls="-" if sharded else "--"))
-            label = name + (f"  [{r}/{n}]" if sharded else ("  (rank 별 key)" if i >= 3 else "  (복제)"))
+            label = name + (f"  [{r}/{n}]" if sharded else ("  (rank 별 key)" if i == 3 else "  (복제)"))
             ax.text(x0 + 0.1, y + 0.4, label, va="center", fontsize=8)
     ax.text(7.5, 3.2, ".metadata\n(key → 전역 offset,\n크기, 파일, 위치)", fontsize=9, va="center",
             bbox=dict(boxstyle="round", fc="0.95", ec="0.4"))
