@@ -256,29 +256,6 @@ def test_the_zero_bubble_cell_with_three_hardwares_fits_the_budget():
 MD = "ch4-pipeline-parallel/05-chimera-bidirectional.md"
 
 
-def _gpu_copies(res, program: str) -> list:
-    """Beside every CPU file of `program` in the scratch results folder `res`, its GPU-shaped copy as
-    tests/gpu_fixtures/make.py makes it (fixture_from_cpu, which applies augment/<program>.py)."""
-    import json
-
-    from tests.gpu_fixtures.make import fixture_from_cpu
-
-    out = []
-    for cpu in sorted((res / program).glob("cpu-*.json")):
-        d = fixture_from_cpu(json.loads(cpu.read_text()), f"gpu_runs/results/{program}/{cpu.name}")
-        out.append(res / program / f"{d['hardware']['id']}.json")
-        out[-1].write_text(json.dumps(d))
-    assert out, f"no committed CPU result gpu_runs/results/{program}/cpu-*.json to mirror: run `make runs`"
-    return out
-
-
-def _rows(html: str) -> list[list[str]]:
-    """The cells' text of every table row of a tab."""
-    import html as H
-    import re
-
-    return [[H.unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", tr, re.S)]
-            for tr in re.findall(r"<tr>(.*?)</tr>", html, re.S)]
 
 
 @pytest.mark.parametrize("p", [2, 4, 8])
@@ -317,10 +294,10 @@ def test_experiment_5_tabs_simulate_their_own_times(tmp_path, monkeypatch):
     it exactly when T_W ≤ min(T_F, T_B); the 1F1B makespan is (m + p − 1)(T_F + T_BW), the closed form."""
     import json
 
-    from tests.page_cells import edit, results_dir, run_cell, tab
+    from tests.page_cells import edit, gpu_copies, results_dir, run_cell, tab, table_rows
 
     res = results_dir(tmp_path, ["pipeline_bench", page.ANATOMY])  # run_cell runs the whole session
-    (gpu,) = _gpu_copies(res, page.ANATOMY)
+    (gpu,) = gpu_copies(res, page.ANATOMY)
 
     def slow_w(d):
         for s in d["measurements"]["stages"]:
@@ -334,7 +311,7 @@ def test_experiment_5_tabs_simulate_their_own_times(tmp_path, monkeypatch):
         p = len(st)
         f, b, w, bw = (float(np.mean([s[f"{k}_ms_median"] for s in st])) for k in ("F", "B", "W", "BW"))
         assert f"T_F = {f:.3g} ms, T_B = {b:.3g} ms, T_W = {w:.3g} ms" in body
-        rows = [r for r in _rows(body) if len(r) == 6 and r[1] in ("ZB-H1", "1F1B")]
+        rows = [r for r in table_rows(body) if len(r) == 6 and r[1] in ("ZB-H1", "1F1B")]
         assert {int(r[0]) for r in rows} == {p, 4 * p}
         for r in rows:
             m = int(r[0])
