@@ -260,9 +260,9 @@ def test_readings_of_experiment_5():
 
 
 def test_summary_orders_of_magnitude(runs):
-    """📌: on this machine (gloo, 2 processes) α is hundreds of µs, 1/β 0.3–5 GB/s, S* hundreds of KiB."""
+    """📌: on this machine (gloo, 2 processes) α is tens to hundreds of µs, 1/β 0.3–5 GB/s, S* hundreds of KiB."""
     for op, f in page.fit_all(runs[2]).items():
-        assert 100e-6 <= f["alpha"] < 1e-3, op
+        assert 30e-6 <= f["alpha"] < 1e-3, op
         assert 0.3 <= f["bandwidth_GBps"] <= 5.0, op
         assert 100 * 2**10 <= f["s_star"] < 2**20, op
 

@@ -160,7 +160,10 @@ def test_tradeoff_prediction_terms():
     # predicted minimum: the caps whose predicted step is smallest, recomputed from the rows
     best = min(r["step"] for r in rows)
     assert g["pred_argmin"] == [r["cap"] for r in rows if r["step"] == pytest.approx(best, rel=1e-9)]
-    assert all(r["exposed"] == 0 for r in rows if r["cap"] in g["pred_argmin"]) or len(g["pred_argmin"]) == 1
+    # several caps can tie only by having the same bucket layout (the model's small tensors give the same k) or
+    # by hiding everything (exposed 0): otherwise the α term 2k·α breaks the tie
+    tied = [r for r in rows if r["cap"] in g["pred_argmin"]]
+    assert len(tied) == 1 or len({r["buckets"] for r in tied}) == 1 or all(r["exposed"] == 0 for r in tied)
 
 
 def test_cells_are_fast():

@@ -325,7 +325,7 @@ def test_search_index_keeps_prose_and_leaves_out_code_cells_and_solutions(built_
     # a lab's prose is indexed under its own heading, not the page's top (each notebook cell is a <div>,
     # and the search plugin ends a section where the element around its heading ends)
     bubble = [d for d in labs if d["location"] == "ch4-pipeline-parallel/lab/#3-bubble"]
-    assert bubble and "측정과 시뮬레이션의 차이" in bubble[0]["text"]
+    assert bubble and "예측해 보세요. 공식은 총 시간 대비" in bubble[0]["text"]
     assert all(not d["text"].strip() for d in labs if "#" not in d["location"])
 
 
