@@ -134,6 +134,33 @@ def pipedream_weight_versions(p: int) -> dict:
 
 # --------------------------------------------------------------------------- per-hardware tabs (plumbing)
 
+def hop_rows(run) -> list[list]:
+    """Experiment 2's gap, computed: the simulator fed with each run's own mean T_F, T_B and the boundary time T_hop
+    estimated from the m = 1 run (Ch4-02 실험 2: T − ΣT_busy = 2(p−1)T_hop), for both schedules at every shared m."""
+    from snippets.ch4_pipeline_parallel import d02_gpipe_microbatching as d02
+
+    delta = d02.hop_estimate(next(e for e in entries(run, "gpipe") if e["m"] == 1))
+    g, o = ({e["m"]: e for e in entries(run, s)} for s in ("gpipe", "1f1b"))
+    rows = []
+    for m in sorted(set(g) & set(o)):
+        cells = [m]
+        for e, sched in ((g[m], "gpipe"), (o[m], "1f1b")):
+            t = d02.op_means(e)
+            pr = ps.simulate(sched, len(e["timeline"]), m, t_f=t["F"], t_b=t["B"], t_w=0.0, t_comm=delta)
+            cells += [f"{ps.measured_bubbles(ps.measured_rows(e))['fraction']:.3f}", f"{pr.bubble_fraction():.3f}"]
+        rows.append(cells)
+    return rows, delta
+
+
+def hop_reading(run) -> str:
+    rows, delta = hop_rows(run)
+    same = sum((float(r[3]) > float(r[1])) == (float(r[4]) > float(r[2])) for r in rows)
+    return (f"T_hop = {delta * 1e3:.2f} ms 를 넣은 시뮬레이터는 {len(rows)} 개의 m 중 {same} 개에서 측정과 같은 쪽 (1F1B 가 GPipe 보다 "
+            f"{'큼' if float(rows[-1][4]) > float(rows[-1][2]) else '작음'}) 을 예측합니다. 1F1B 의 steady state 에서는 rank 0 이 B 를 "
+            "하려면 rank 1 의 B 를, rank 1 이 F 를 하려면 rank 0 의 F 를 기다리므로, 경계의 왕복이 F/B 한 쌍마다 critical path 위에 놓입니다. "
+            "GPipe 는 forward 를 모두 먼저 흘려 보내 그 왕복을 가립니다.")
+
+
 def compare_tab(plat) -> str:
     """Experiment 2 on one hardware: GPipe and 1F1B measured at the same m, the common formulas, the Gantt at m_all."""
     run = the_run(plat)
@@ -143,6 +170,9 @@ def compare_tab(plat) -> str:
     tot = results.markdown_table(["m", "𝓑_tot GPipe", "𝓑_tot 1F1B", "(p−1)/(m+p−1)"], [r[:4] for r in rows])
     ideal = results.markdown_table(["m", "𝓑_ideal GPipe", "𝓑_ideal 1F1B", "(p−1)/m"], [[r[0], *r[4:7]] for r in rows])
     return (preset_line(run) + "\n\n**총 시간 대비** (𝓑_tot):\n\n" + tot + "\n\n**이상 시간 대비** (𝓑_ideal):\n\n" + ideal
+            + "\n\n**경계 시간을 넣은 예측** (𝓑_tot):\n\n"
+            + results.markdown_table(["m", "GPipe 측정", "GPipe 예측", "1F1B 측정", "1F1B 예측"], hop_rows(run)[0])
+            + "\n\n" + hop_reading(run)
             + "\n\n" + measured_gantt(run, run.params["m_all"], hw_short(plat)))
 
 

@@ -16,15 +16,16 @@ def aux_value(probs: torch.Tensor, lam: float = 0.01) -> float:
 
 
 def aux_cases(E: int = 8, T: int = 64, lam: float = 0.01) -> dict[str, float]:
-    """L_aux at uniform routing (= λ), at collapse (= λE), and a non-uniform case below λ (E = 2):
-    90 % of tokens tie (0.5, 0.5) and go to expert 0 (argmax takes the first), 10 % go to expert 1 with p = 1."""
+    """L_aux at uniform routing (= λ), at collapse (= λE), and Theorem 7.2.4 (d)'s counter-example below λ (E = 2,
+    100 tokens so the split is exactly 90 : 10): 90 tokens tie (0.5, 0.5) and go to expert 0 (argmax takes the
+    first), 10 go to expert 1 with p = 1."""
     uniform = torch.full((T, E), 1.0 / E)
     uniform_f = torch.eye(E).repeat(T // E, 1) * 0.5 + 0.5 / E   # each token prefers a different expert, P uniform
     collapse = torch.zeros(T, E)
     collapse[:, 0] = 1.0
-    below = torch.cat([torch.tensor([[0.5, 0.5]]).repeat(9 * T // 10, 1), torch.tensor([[0.0, 1.0]]).repeat(T - 9 * T // 10, 1)])
-    return {"uniform": aux_value(uniform, lam), "balanced top-1, P uniform": aux_value(uniform_f, lam),
-            "collapse": aux_value(collapse, lam), "E = 2 below λ": aux_value(below, lam)}
+    below = torch.cat([torch.tensor([[0.5, 0.5]]).repeat(90, 1), torch.tensor([[0.0, 1.0]]).repeat(10, 1)])
+    return {"균등 (모든 확률 1/E)": aux_value(uniform, lam), "token 마다 다른 expert 선호 (f, P 균등)": aux_value(uniform_f, lam),
+            "collapse (한 expert 에 확률 1)": aux_value(collapse, lam), "반례 (E = 2, 90 : 10)": aux_value(below, lam)}
 
 
 def aux_gradient(logits: torch.Tensor, lam: float = 0.01) -> dict[str, torch.Tensor]:

@@ -270,3 +270,30 @@ def test_a_hardware_without_two_ranks_says_so():
     for prog, tabs in (("pipeline_bench", (page.compare_tab, page.memory_tab)), ("deepspeed_pipe", (page.deepspeed_tab,))):
         plat = without_world_2(gpu_fixture(prog))
         assert all("N = 2 측정이 없습니다" in tab(plat) for tab in tabs)
+
+
+def test_experiment_2_hop_time_makes_1f1b_bubble_larger():
+    """The page's reading of experiment 2: with a boundary time T_hop > 0, 1F1B's bubble exceeds GPipe's (the round
+    trip is on 1F1B's steady-state path), first checked on a hand-built two-stage case, then on every committed run
+    at its largest m: the measured order and the simulated one agree, as the page prints."""
+    g = ps.simulate("gpipe", 2, 16, t_f=1.0, t_b=1.0, t_w=0.0, t_comm=0.1)
+    o = ps.simulate("1f1b", 2, 16, t_f=1.0, t_b=1.0, t_w=0.0, t_comm=0.1)
+    # by hand: GPipe's makespan is 16F + 16B + 2 hops + 1 F + 1 B of fill/drain; 1F1B pays one round trip per pair
+    assert g.makespan == pytest.approx(2 * 16 + 2 + 2 * 0.1)
+    assert o.bubble_fraction() > g.bubble_fraction()
+    for run in page.runs():
+        rows, delta = page.hop_rows(run)
+        assert delta > 0
+        last = rows[-1]
+        assert float(last[3]) > float(last[1]) and float(last[4]) > float(last[2])
+        assert "1F1B 가 GPipe 보다 큼" in page.hop_reading(run)
+
+
+def test_problem_2_recomputation_fits():
+    """Problem 2's fix (b), written out independently: with full recomputation a layer keeps only its input
+    (s·b·h bf16 values = 2sbh bytes) per micro-batch in flight; the uniform split then fits every stage in 80 GB."""
+    h, s_, V = MODEL["h"], MODEL["s"], MODEL["vocab"]
+    mem = [16 * (8 * 12 * h * h + V * h * (r in (0, 3))) + min(4 - r, 16) * 8 * 2 * s_ * h for r in range(4)]
+    assert max(mem) < 80e9
+    page_rec = [x["states"] + x["act"] / (34 + 5 * MODEL["a"] * s_ / h) * 2 for x in page.stage_budget([8] * 4, 4, 16, **MODEL)]
+    assert page_rec == pytest.approx(mem)
