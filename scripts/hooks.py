@@ -817,7 +817,17 @@ def _lab_anchors(html_: str, page) -> str:
         raise PluginError(f"{page.file.src_uri}: the notebook has {len(ids)} headings but its TOC {len(entries)}")
     for item, hid in zip(entries, ids):
         item.id = hid
+        item.title = _plain_tex(item.title)
     return html_
+
+
+def _plain_tex(title: str) -> str:
+    """A notebook heading's TOC title as plain text: mkdocs-jupyter's TOC keeps the heading's TeX source
+    ("2. $N = 3$: …", "$\\mathsf{f}$ 와 …"), which no math renderer reaches in the sidebar. Drop the $ delimiters
+    and unwrap one-argument commands (\\mathsf{f} → f); the heading in the page body stays typeset."""
+    def inner(m: re.Match) -> str:
+        return re.sub(r"\\[A-Za-z]+\{([^{}]*)\}", r"\1", m.group(1)).replace("\\", "")
+    return re.sub(r"\$([^$]+)\$", inner, title)
 
 
 _PAGE_T0: dict[str, float] = {}

@@ -6,9 +6,9 @@
 # 1. `torch.autograd.graph.saved_tensors_hooks` 로 **직접 pack hook 을 써서** GPT layer 하나가 backward 를 위해 저장하는
 #    tensor 를 모두 봅니다. 같은 storage 는 한 번만, 파라미터는 빼고 셉니다.
 # 2. 그 합을 Korthikanti 의 식 $sbh(34 + 5as/h)$ 와 비교하고, 차이 (CPU 의 2-byte dropout mask, LayerNorm 통계량) 를 항 단위로
-#    설명합니다 ([Ch6-01](01-activation-size.md)).
+#    설명합니다 ([Ch6-01](../01-activation-size/)).
 # 3. Layer 4 개를 쌓아 **checkpoint 를 걸고** (block 단위, selective) forward 뒤에 살아 있는 activation bytes 가 어떻게 떨어지는지
-#    PyTorch 의 `MemTracker` 로 봅니다 ([Ch6-02](02-gradient-checkpointing.md), [Ch6-03](03-selective-recompute.md)).
+#    PyTorch 의 `MemTracker` 로 봅니다 ([Ch6-02](../02-gradient-checkpointing/), [Ch6-03](../03-selective-recompute/)).
 # 4. 재계산이 근사가 아니라는 것, 즉 gradient 가 bit 단위로 같다는 것을 확인합니다.
 #
 # 측정하는 layer 는 책의 다른 문서와 같은 `snippets/common/gpt_block.py`, 공식은 `snippets/common/activation_memory.py` 입니다.
@@ -134,4 +134,4 @@ assert all(all(torch.equal(g, r) for g, r in zip(grads, ref)) for _, grads in re
 # - `make_block(h, a, p_drop=0.0)` 으로 dropout 을 끄면 저장 bytes 가 얼마나 줄어드는지 세어 보세요. (힌트: mask 두 종류가
 #   사라질 뿐 아니라, dropout 출력이 softmax 출력과 같은 storage 가 됩니다.)
 # - `forward_stack(blocks, xs, 2)` 처럼 segment 를 2 개로 하면 forward 뒤 activation 은 얼마가 되어야 하는지 식으로 먼저 쓰고 재 보세요.
-# - `blk.recompute = "ln"` 으로 LayerNorm 만 재계산하면 얼마를 아끼는지 재 보세요 ([Ch6-03](03-selective-recompute.md) 실험 2).
+# - `blk.recompute = "ln"` 으로 LayerNorm 만 재계산하면 얼마를 아끼는지 재 보세요 ([Ch6-03](../03-selective-recompute/) 실험 2).
