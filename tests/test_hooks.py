@@ -160,7 +160,7 @@ def test_code_cells_leave_the_search_text_and_the_prose_stays():
 
 
 def _toc(*ids):
-    items = [SimpleNamespace(id=i, children=[]) for i in ids]
+    items = [SimpleNamespace(id=i, title=f"{n}. $N = {n}$ 와 $\\mathsf{{f}}$", children=[]) for n, i in enumerate(ids)]
     items[0].children = items[1:]
     return [items[0]], items
 
@@ -178,6 +178,8 @@ def test_lab_headings_get_ids_and_the_toc_follows_them():
     assert '<h2 id="더-해보기">더 해보기<a class="anchor-link" href="#더-해보기">' in out
     assert 'id="2-torchdistributedpipelining"' in out and 'id=""' not in out
     assert [i.id for i in items] == ["chapter-1", "2-torchdistributedpipelining", "더-해보기"]
+    # the sidebar has no math renderer: TOC titles lose the heading's TeX source (the page body keeps it)
+    assert [i.title for i in items] == ["0. N = 0 와 f", "1. N = 1 와 f", "2. N = 2 와 f"]
     page.toc, _ = _toc("chapter-1", "2")
     with pytest.raises(PluginError, match="3 headings but its TOC 2"):
         hooks._lab_anchors(html, page)
