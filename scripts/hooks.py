@@ -355,6 +355,60 @@ def _executed_lab(page) -> None:
     page.file.abs_src_path = str(box["out"])  # mkdocs-jupyter (execute: false) renders the executed copy
 
 
+LAB_KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
+
+# The guard a reader meets first: outside the repository (or in a Python without the book's .venv) the labs'
+# `import snippets` would fail with a bare ModuleNotFoundError. It is added to the executed notebook after the
+# run (it prints nothing where snippets is importable), so the book cache's executed copies stay valid.
+LAB_GUARD = '''# 이 노트북은 책의 저장소에 있는 `snippets` 패키지를 씁니다 (위 칸의 명령으로 준비).
+import importlib.util
+import pathlib
+import sys
+
+if importlib.util.find_spec("snippets") is None:  # make setup 의 .venv 가 아니면: 저장소 루트를 찾아 import 경로에 넣습니다
+    _root = next((d for d in [pathlib.Path.cwd(), *pathlib.Path.cwd().resolve().parents]
+                  if (d / "snippets" / "book.py").is_file()), None)
+    if _root is None:
+        raise ModuleNotFoundError("이 노트북은 책의 저장소 안에서 실행합니다: 저장소를 clone 하고 그 폴더에서 `make setup` 을 한 뒤, "
+                                  "`.venv` 의 Python 을 kernel 로 골라 여세요 (바로 위 칸의 명령).")
+    sys.path.insert(0, str(_root))'''
+
+
+def lab_run_commands(rel: str, repo_url: str | None) -> str:
+    """The exact shell commands that run the lab docs/<rel> on a reader's machine (repo_url: REPO_URL)."""
+    chapter = rel.split("/")[0]
+    if repo_url:
+        folder = repo_url.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git") or "book"
+        clone = f"git clone {repo_url} && cd {folder}"
+    else:
+        clone = "# 이 책의 저장소를 clone 한 뒤 그 폴더로 갑니다"
+    return (f"{clone}\n"
+            "make setup    # .venv: CPU torch, deepspeed, jupytext, ipykernel (GPU 는 필요 없습니다)\n"
+            f".venv/bin/jupytext --to ipynb --execute docs/{rel} -o {chapter}-lab.ipynb    # 전부 실행, 결과가 든 노트북\n"
+            ".venv/bin/python -m ipykernel install --user --name dist-deep-dive    # 셀 하나씩: 이 kernel 로 여세요")
+
+
+def lab_front(executed: Path, rel: str, repo_url: str | None):
+    """The notebook a reader downloads: the executed lab with a kernelspec, a first cell saying how to run it
+    locally (exact commands, the repository's address when REPO_URL is set) and the import guard (LAB_GUARD).
+    The page itself renders the executed lab without them: its download box gives the same commands."""
+    import nbformat
+
+    nb = nbformat.read(executed, as_version=4)
+    nb.metadata["kernelspec"] = dict(LAB_KERNELSPEC)
+    nb.metadata.setdefault("language_info", {"name": "python"})
+    how = ("**이 노트북을 내 컴퓨터에서 실행하기.** 이 실습은 책의 저장소에 있는 `snippets` 패키지를 import 하므로, 저장소 안에서 "
+           "`make setup` 이 만든 `.venv` 로 실행합니다. CPU 만 있으면 됩니다.\n\n```bash\n"
+           + lab_run_commands(rel, repo_url) + "\n```\n\n"
+           "두 번째 방법은 Jupyter 에서 kernel `dist-deep-dive` 를 고른 뒤 이 `.ipynb` 나 jupytext 원본 "
+           f"`docs/{rel}` 를 여는 것입니다.")
+    nb.cells[:0] = [nbformat.v4.new_markdown_cell(how), nbformat.v4.new_code_cell(LAB_GUARD)]
+    for cell in nb.cells[:2]:
+        cell.pop("id", None)
+    nbformat.validator.normalize(nb)
+    return nb
+
+
 def on_pre_build(config, **kwargs):
     from snippets.results import ResultsError, validate_all
 
@@ -688,16 +742,22 @@ def _lab_downloads(output: str, page, config) -> str:
     executed = Path(page.file.abs_src_path)  # the executed .ipynb rendered on the page
     dest = Path(page.file.abs_dest_path).parent
     dest.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(src, dest / src.name)
-    if executed.suffix == ".ipynb":
-        shutil.copyfile(executed, dest / f"{src.stem}.ipynb")
+    repo = config.get("repo_url")
+    if executed.suffix == ".ipynb":  # the executed notebook with the front matter a reader needs (lab_front)
+        import nbformat
+
+        nb = lab_front(executed, page.file.src_uri, repo)
+        nbformat.write(nb, dest / f"{src.stem}.ipynb")
+        nb.metadata["jupytext"] = {"notebook_metadata_filter": "kernelspec,-all"}  # the .py keeps the kernelspec
+        jupytext.write(nb, dest / src.name, fmt="py:percent")
     else:
+        shutil.copyfile(src, dest / src.name)
         jupytext.write(jupytext.read(src), dest / f"{src.stem}.ipynb")
-    box = ('<div class="admonition tip"><p class="admonition-title">이 노트북 내려받기</p>'
+    where = (f'이 책의 저장소 (<a href="{html.escape(repo)}">{html.escape(repo)}</a>)' if repo else "이 책의 저장소")
+    box = ('<div class="admonition tip"><p class="admonition-title">이 노트북 내려받기, 내 컴퓨터에서 실행하기</p>'
            f'<p><a href="{src.stem}.ipynb" download>Jupyter 노트북 (.ipynb, 이 빌드의 실행 결과 포함)</a> · '
-           f'<a href="{src.name}" download>jupytext 원본 (.py)</a>. 저장소를 clone 한 뒤 루트에서 '
-           '<code>make setup</code> 으로 만든 <code>.venv</code> 의 Jupyter 로 여세요: 노트북이 <code>snippets</code> '
-           '패키지를 import 합니다.</p></div>')
+           f'<a href="{src.name}" download>jupytext 원본 (.py)</a>. 노트북이 <code>snippets</code> 패키지를 import 하므로 '
+           f'{where} 안에서 실행합니다:</p><pre><code>{html.escape(lab_run_commands(page.file.src_uri, repo))}</code></pre></div>')
     return output.replace('<div class="jupyter-wrapper">', box + '<div class="jupyter-wrapper">', 1)
 
 

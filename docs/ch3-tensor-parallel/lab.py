@@ -1,3 +1,15 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # Chapter 3 실습: Megatron 의 f 연산자와 g 연산자를 손으로, 그리고 DTensor 와 비교하기
 #

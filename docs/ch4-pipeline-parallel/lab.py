@@ -1,3 +1,15 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # Chapter 4 실습: GPipe 와 1F1B 를 손으로 쓰고, `torch.distributed.pipelining` 과 비교하기
 #

@@ -225,7 +225,9 @@ def test_chapter_labs_are_executed_and_downloadable(built_site):
         assert 'href="lab.ipynb"' in html and 'href="lab.py"' in html
         nb = json.loads((folder / "lab.ipynb").read_text(encoding="utf-8"))
         assert nb["nbformat"] == 4 and any(c["cell_type"] == "code" for c in nb["cells"])
-        assert (folder / "lab.py").read_text(encoding="utf-8") == (book.DOCS / ch.lab_path).read_text(encoding="utf-8")
+        # the published .py is the source with the reader's front matter (test_labs_runnable.py) before it
+        assert (folder / "lab.py").read_text(encoding="utf-8").rstrip().endswith(
+            (book.DOCS / ch.lab_path).read_text(encoding="utf-8").split("# ---\n", 2)[-1].strip())
         assert "jp-OutputArea-output" in html  # executed at build: outputs are present
         assert "Traceback" not in html
 
@@ -276,6 +278,7 @@ def test_no_page_points_at_a_placeholder_host(built_site):
     for path in [*site.glob("**/*.html"), site / "sitemap.xml"]:
         text = path.read_text(encoding="utf-8")
         assert "example.invalid" not in text and "example.com" not in text, path
+        assert 'class="md-source"' not in text or os.environ.get("REPO_URL"), path  # no repository link without REPO_URL
         assert 'rel="canonical"' not in text, path
     assert "<loc>" not in (site / "sitemap.xml").read_text(encoding="utf-8")
 
@@ -295,12 +298,15 @@ def test_site_url_comes_from_the_environment(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(cfg)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1",
-                               "SITE_URL": "https://book.example.org/deep-dive/"})
+                               "SITE_URL": "https://book.example.org/deep-dive/",
+                               "REPO_URL": "https://github.com/someone/dist-book"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     html = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
     assert '<link rel="canonical" href="https://book.example.org/deep-dive/">' in html
     assert "<loc>https://book.example.org/deep-dive/</loc>" in (tmp_path / "site" / "sitemap.xml").read_text()
     assert 'href="/deep-dive/assets/stylesheets/' in (tmp_path / "site" / "404.html").read_text(encoding="utf-8")
+    # REPO_URL: the header links the repository (Material's source button)
+    assert re.search(r'<a href="https://github.com/someone/dist-book"[^>]*class="md-source"', html)
 
 
 def test_search_index_keeps_prose_and_leaves_out_code_cells_and_solutions(built_site):
