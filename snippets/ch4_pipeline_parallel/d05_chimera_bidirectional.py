@@ -19,7 +19,7 @@ def entry(run, schedule: str, variant: str, m: int) -> dict:
 
 # --8<-- [start:zb_h1]
 def zb_h1_path_bound(p: int, m: int, t_f: float, t_b: float, t_w: float) -> float:
-    """Theorem 4.5.4's path: micro-batch 0's F down ranks 0..p−2, rank p−1's work up to its last B
+    """Theorem 4.5.5's path: micro-batch 0's F down ranks 0..p−2, rank p−1's work up to its last B
     (all F and B, and the m − p weight passes it has not deferred), micro-batch m−1's B back up to
     rank 0, and rank 0's last W."""
     return (p - 1) * t_f + m * (t_f + t_b) + max(m - p, 0) * t_w + (p - 1) * t_b + t_w
@@ -358,6 +358,6 @@ def fbw_tab(plat) -> str:
     m4 = simulate_measured(f, 4 * f["p"])
     faster = "ZB-H1" if m4["zb_h1"].makespan < m4["1f1b"].makespan else "1F1B"
     closing = (f"p = {f['p']}, m = {4 * f['p']} 에서 makespan 이 짧은 쪽: **{faster}** "
-               f"(ZB-H1 / 1F1B = {m4['zb_h1'].makespan / m4['1f1b'].makespan:.2f}); 시뮬레이터의 ZB-H1 bubble 이 공식 (정리 4.5.4 의 "
+               f"(ZB-H1 / 1F1B = {m4['zb_h1'].makespan / m4['1f1b'].makespan:.2f}); 시뮬레이터의 ZB-H1 bubble 이 공식 (정리 4.5.5 의 "
                f"하한) 과 같은 행: {sum(abs(float(r[3]) - float(r[4])) < 5e-5 for r in rows if r[1] == 'ZB-H1')} / 2")
     return "\n\n".join(["\n".join(f"- {x}" for x in lines), stages, table, closing])

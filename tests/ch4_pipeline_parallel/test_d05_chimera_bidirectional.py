@@ -53,7 +53,7 @@ def _torch_ops(name: str, p: int, m: int, **kw):
 
 
 def test_zbv_bubble_memory_and_comm_against_torch_and_the_measurement():
-    """Experiment 3's table: the ZBV bubble is half of ZB-H1's closed form ((p−1)/(6m) against Theorem 4.5.4's
+    """Experiment 3's table: the ZBV bubble is half of ZB-H1's closed form ((p−1)/(6m) against Theorem 4.5.5's
     (p−1)/(3m)); its memory is the peak of torch's own ZBV table (2p chunks = pA) and, at p = 2, the weakref count of
     the committed run; the crossings are torch's SEND_F actions per micro-batch (ZBV and interleaved v = 2)."""
     kind = {"FORWARD": "F", "BACKWARD_INPUT": "B", "BACKWARD_WEIGHT": "W", "FULL_BACKWARD": "BW"}
@@ -145,7 +145,7 @@ def test_measured_zero_bubble_runs(run):
 
 
 def test_theorem_457_steady_state_bubble():
-    """Theorem 4.5.7 and experiment 6: the several-step simulator against the one-step simulator (a second
+    """Theorem 4.5.6 and experiment 6: the several-step simulator against the one-step simulator (a second
     implementation) for one synchronised step; post-validation's steady bubble = max_r idle_r / w_r; ZB-H1's idle
     (p−1−r)·T_F; ZB-H2 and ZBV reach 0 without the sync and keep (p−1)/(3m), (p−1)/(6m) with it; ZB-H2 holds 2p−1."""
     for p in (2, 4, 8):
@@ -184,7 +184,7 @@ def test_theorem_455_and_experiment_4_chimera():
             c = ps.simulate("chimera", p, m, t_f=1.0, t_b=bwd, t_w=0.0)
             assert len(c.start) == 2 * m * p  # every micro-batch passes F and B on every stage
             inf = c.inflight()
-            assert inf.max() <= p + 1  # Theorem 4.5.5
+            assert inf.max() <= p + 1  # Theorem 4.5.7
             assert list(inf) == list(inf[::-1])  # balanced: rank r and p-1-r hold the same
     # T_B = T_F: on the finite grid the list schedule meets the quoted formula exactly when p divides m,
     # and stays above it otherwise (what the page says)
@@ -260,7 +260,7 @@ MD = "ch4-pipeline-parallel/05-chimera-bidirectional.md"
 
 @pytest.mark.parametrize("p", [2, 4, 8])
 def test_zb_h1_formula_is_reached_exactly_when_w_is_the_shortest(p):
-    """Experiment 5's reading of Theorem 4.5.4 on a grid of time ratios: the simulated ZB-H1 bubble equals the
+    """Experiment 5's reading of Theorem 4.5.5 on a grid of time ratios: the simulated ZB-H1 bubble equals the
     lower bound (p−1)(T_F+T_B−T_W)/(m·ΣT) when T_W ≤ min(T_F, T_B), and is larger otherwise."""
     for m in (p, 2 * p, 4 * p):
         for tb in (0.5, 0.8, 1.0, 1.5, 2.0):
@@ -290,7 +290,7 @@ def test_committed_split_is_exact_and_counts_equal_flops():
 def test_experiment_5_tabs_simulate_their_own_times(tmp_path, monkeypatch):
     """The page's cell on the committed CPU file and a GPU-shaped copy whose W times are tripled (so its tab can only
     come from that file, and T_W > min(T_F, T_B) there). Per tab: the inputs are the stage means of the JSON; the
-    ZB-H1 formula column is Theorem 4.5.4's bound computed here; the simulated bubble is never below it and equals
+    ZB-H1 formula column is Theorem 4.5.5's bound computed here; the simulated bubble is never below it and equals
     it exactly when T_W ≤ min(T_F, T_B); the 1F1B makespan is (m + p − 1)(T_F + T_BW), the closed form."""
     import json
 
