@@ -34,10 +34,12 @@ def new(width: float = 7.0, height: float = 4.0, **kw):
     return plt.subplots(figsize=(width, height), **kw)
 
 
-def svg(fig) -> str:
-    """SVG markup for the figure, without the XML prolog; the figure is closed."""
+def svg(fig, tight: bool = True) -> str:
+    """SVG markup for the figure, without the XML prolog; the figure is closed. tight=False keeps the figure's own
+    size and margins (set them with subplots_adjust): a tight bounding box draws the figure twice, which doubles the
+    cost of figures with hundreds of text labels."""
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
+    fig.savefig(buf, format="svg", bbox_inches="tight" if tight else None, metadata={"Date": None, "Creator": None})
     plt.close(fig)
     text = buf.getvalue()
     return '<figure class="book-figure">' + _coarse(text[text.find("<svg"):]) + "</figure>"
