@@ -27,7 +27,7 @@ def bubbles(busy, makespan) -> tuple[float, float]:
 
 
 def naive_closed_form(stage_times) -> dict:
-    """Theorem 4.1.3: one batch through p stages with per-stage (F+B) times c_i and no communication."""
+    """Theorem 4.1.4: one batch through p stages with per-stage (F+B) times c_i and no communication."""
     c = np.asarray(stage_times, dtype=float)
     total = c.sum()  # the only order the dependencies allow: F_0 ... F_{p-1} B_{p-1} ... B_0
     return {"makespan": total, "fraction": 1 - 1 / len(c), "relative": total / c.max() - 1}
@@ -148,19 +148,40 @@ def measured_table(run) -> str:
     return time_ + "\n\n" + bubble
 
 
+def crossing_gaps(e: dict) -> dict:
+    """The naive run's idle gaps, one per kind (F, then B, on each rank in order; p = 2 in this file but written
+    for any p): forward hops F_i → F_(i+1) (end of one to the start of the next), the last rank's turn from its F to its
+    B, and backward hops B_(i+1) → B_i. Each gap is the time the dependent action waited after its input was done."""
+    rows = ps.measured_rows(e)
+    f = [next(a for a in acts if a["op"] == "F") for acts in rows]
+    b = [next(a for a in acts if a["op"] == "B") for acts in rows]
+    p = len(rows)
+    return {"fwd": [f[i + 1]["start"] - f[i]["end"] for i in range(p - 1)],
+            "turn": b[p - 1]["start"] - f[p - 1]["end"],
+            "bwd": [b[i]["start"] - b[i + 1]["end"] for i in range(p - 1)]}
+
+
 def hop_tab(plat) -> str:
-    """Experiment 4's measured part on one hardware: T − ΣT_busy,r and the T_hop it implies, per variant."""
+    """Experiment 4's measured part on one hardware: T − ΣT_busy,r, its three parts (forward hop, the last rank's
+    F → B turn, backward hop) and their mean, the T_hop that Theorem 4.1.6 would attribute to one crossing."""
     run = the_run(plat)
     if run is None:
         return missing(plat)
-    lines = []
+    rows, spread = [], []
     for v in ("sleep", "real"):
-        b = ps.measured_bubbles(ps.measured_rows(entry(run, "gpipe", v, 1)))
+        e = entry(run, "gpipe", v, 1)
+        b = ps.measured_bubbles(ps.measured_rows(e))
         gap = b["makespan"] - sum(b["busy"])
-        lines.append(f"- 측정 ({v}): T − ΣT_busy,r = {gap * 1e3:.2f} ms → 경계 하나당 T_hop ≈ "
-                     f"{gap / 2 / (run.params['p'] - 1) * 1e3:.2f} ms (ΣT_busy,r = {sum(b['busy']) * 1e3:.1f} ms 의 "
-                     f"{gap / sum(b['busy']):.1%})")
-    return "\n".join(lines)
+        g = crossing_gaps(e)
+        ms = lambda xs: " / ".join(f"{x * 1e3:.2f}" for x in xs)  # noqa: E731
+        rows.append([v, f"{gap * 1e3:.2f}", ms(g["fwd"]), f"{g['turn'] * 1e3:.2f}", ms(g["bwd"]),
+                     f"{gap / 2 / (run.params['p'] - 1) * 1e3:.2f}"])
+        parts = [*g["fwd"], g["turn"], *g["bwd"]]
+        spread.append(f"{v} {max(parts) / min(parts):.1f} 배 (가장 긴 조각: "
+                      f"{'backward hop' if max(parts) in g['bwd'] else 'forward hop' if max(parts) in g['fwd'] else 'F→B'})")
+    return (results.markdown_table(["변형", "T − ΣT_busy,r (ms)", "forward hop F→F (ms)", "마지막 rank 의 F→B (ms)",
+                                   "backward hop B→B (ms)", "평균 T_hop = 합 / 2(p−1) (ms)"], rows)
+            + "\n\n가장 긴 조각 / 가장 짧은 조각: " + ", ".join(spread))
 
 
 # --------------------------------------------------------------------------- the point-to-point message (experiment 5)
@@ -192,7 +213,7 @@ def p2p_rows(cases, alpha: float, bw: float, flops: float) -> list[list]:
     rows = []
     for b, s, h, lps in cases:
         r = p2p_vs_compute(b, s, h, 2, lps, alpha, bw, flops)
-        rows.append([f"b={b}, s={s}, h={h}, L/p={lps}", f"{r['bytes'] / 2**20:.1f} MiB", f"{r['t_comm'] * 1e3:.3f}",
+        rows.append([f"b={b}, s={s}, h={h}, L/p={lps}", f"{r['bytes'] / 2**20:.2f} MiB", f"{r['t_comm'] * 1e3:.3f}",
                      f"{r['t_fwd'] * 1e3:.2f}", f"{r['ratio']:.3f}"])
     return rows
 
