@@ -299,3 +299,58 @@ def intuition_gantt(p: int = 4, m: int = 8) -> str:
     axes[-1, 0].set_xlabel("시간 (micro-batch 하나의 forward = 1)")
     fig.subplots_adjust(hspace=0.45, left=0.09, right=0.99, top=0.92, bottom=0.14)
     return figures.svg(fig)
+
+
+# --8<-- [start:holdings]
+def holdings(tl: ps.Timeline, t: float) -> list[list[int]]:
+    """Per rank, the micro-batches whose activations are alive at time t: F started before t, B not yet ended."""
+    out = []
+    for acts in ps.timeline_rows(tl):
+        f = {a["mb"]: a for a in acts if a["op"] == "F"}
+        b = {a["mb"]: a for a in acts if a["op"] == "B"}
+        out.append([j for j in sorted(f) if f[j]["start"] < t and (j not in b or b[j]["end"] > t)])
+    return out
+
+
+def fullest_moment(tl: ps.Timeline) -> float:
+    """The earliest action midpoint at which the ranks together hold the most activations."""
+    mids = sorted({(a["start"] + a["end"]) / 2 for acts in ps.timeline_rows(tl) for a in acts})
+    return max(mids, key=lambda t: (sum(map(len, holdings(tl, t))), -t))
+# --8<-- [end:holdings]
+
+
+def holdings_svg(schedule: str = "gpipe", p: int = 4, m: int = 8, layers_per_rank: int = 2) -> str:
+    """📖 diagram of who holds what: p devices, each with its layers, the running action, and the stack of
+    micro-batch activations it holds at the simulator's fullest moment; arrows for what crosses each boundary."""
+    from matplotlib.patches import FancyArrowPatch, Rectangle
+
+    tl = ps.simulate(schedule, p, m)
+    t = fullest_moment(tl)
+    held = holdings(tl, t)
+    running = [next((f"{a['op']}{a['mb']}" for a in acts if a["start"] <= t < a["end"]), "대기")
+               for acts in ps.timeline_rows(tl)]
+    w, gap, cell = 1.5, 0.7, 0.32
+    top = 1.0 + cell * max(map(len, held))
+    fig, ax = figures.new(7.5, 1.2 + 1.6 * top / 2.2)
+    for r in range(p):
+        x = r * (w + gap)
+        ax.add_patch(Rectangle((x, top - 1.0), w, 1.0, facecolor="#e8eef7", edgecolor="#4C72B0"))
+        ax.text(x + w / 2, top - 0.3, f"rank {r}", ha="center", fontsize=9)
+        ax.text(x + w / 2, top - 0.62, f"층 {r * layers_per_rank}–{(r + 1) * layers_per_rank - 1}", ha="center", fontsize=8)
+        ax.text(x + w / 2, top - 0.9, f"지금: {running[r]}", ha="center", fontsize=8, color="#444444")
+        for k, j in enumerate(held[r]):
+            y = top - 1.0 - (k + 1) * cell
+            ax.add_patch(Rectangle((x + 0.15, y + 0.03), w - 0.3, cell - 0.06, facecolor="#4C72B0", edgecolor="white"))
+            ax.text(x + w / 2, y + cell / 2, f"mb {j}", ha="center", va="center", fontsize=7, color="white")
+        ax.text(x + w / 2, top - 1.0 - (len(held[r]) + 1) * cell + 0.05, f"{len(held[r])} 개", ha="center", fontsize=8)
+        if r < p - 1:
+            ax.add_patch(FancyArrowPatch((x + w, top - 0.25), (x + w + gap, top - 0.25), arrowstyle="-|>",
+                                         mutation_scale=10, color="#4C72B0"))
+            ax.add_patch(FancyArrowPatch((x + w + gap, top - 0.75), (x + w, top - 0.75), arrowstyle="-|>",
+                                         mutation_scale=10, color="#DD8452"))
+    name = {"gpipe": "GPipe", "1f1b": "1F1B"}.get(schedule, schedule)
+    ax.set_title(f"{name}, p = {p}, m = {m}: 시각 {t:g} (T_F 단위) 에 각 rank 가 들고 있는 activation "
+                 "(파란 화살표: 경계 activation →, 주황: ← 그 gradient)", fontsize=9)
+    ax.set_xlim(-0.2, p * (w + gap) - gap + 0.2), ax.set_ylim(-cell * 1.6, top + 0.1)
+    ax.axis("off")
+    return figures.svg(fig)

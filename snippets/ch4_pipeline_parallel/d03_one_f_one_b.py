@@ -302,3 +302,10 @@ def memory_balanced_layers(total: int, p: int, m: int, **model) -> list[int]:
             best, out = worst, layers
     return out
 # --8<-- [end:rebalance]
+
+
+def holdings_svg(p: int = 4, m: int = 8) -> str:
+    """📖: who holds what under 1F1B at the simulator's fullest moment (Ch4-02's diagram, same code)."""
+    from snippets.ch4_pipeline_parallel import d02_gpipe_microbatching as d02
+
+    return d02.holdings_svg("1f1b", p, m)

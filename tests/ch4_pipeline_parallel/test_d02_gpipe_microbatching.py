@@ -184,12 +184,23 @@ def test_problem_3_remat_adds_one_forward_and_caps_efficiency():
 
 
 def test_experiment_4_same_order_different_lengths(run):
+    """The page: both variants ran GPipe's order (F 0..m−1, then B 0..m−1 on every rank), read here from the raw
+    calls sorted by start time; the printed spread of F and B durations and of 𝓑_tot over steps equals the values
+    recomputed from the raw timeline and step_stats of the results file."""
     m = run.params["m_all"]
-    rows = page.spread_rows(run, m)
-    assert [r[0] for r in rows] == ["sleep", "real"]
-    assert all(float(r[2]) >= 1.0 and float(r[4]) >= 1.0 for r in rows)
-    svg = page.gantt_panels(run, m)
-    assert svg.count("rank 1") == 3
+    rows = {r[0]: r for r in page.spread_rows(run, m)}
+    assert set(rows) == {"sleep", "real"}
+    for v, row in rows.items():
+        e = next(x for x in run.measurements if (x["schedule"], x["variant"], x["m"]) == ("gpipe", v, m))
+        for rank in e["timeline"]:
+            calls = sorted(rank, key=lambda c: c["start"])
+            assert [(c["op"], c["mb"]) for c in calls] == [("F", j) for j in range(m)] + [("B", j) for j in range(m)]
+        for op, col in (("F", 1), ("B", 3)):
+            d = [c["end"] - c["start"] for rank in e["timeline"] for c in rank if c["op"] == op]
+            assert row[col] == f"{min(d) * 1e3:.1f}–{max(d) * 1e3:.1f}"
+            assert row[col + 1] == f"{max(d) / min(d):.2f}"
+        fr = [st["bubble_fraction"] for st in e["step_stats"]]
+        assert row[5] == f"{min(fr):.3f}–{max(fr):.3f}"
 
 
 def test_figure_cells_fit_the_cell_budget(run):
@@ -285,3 +296,15 @@ def test_intuition_gantt_reads_the_simulator():
     svg = page.intuition_gantt()
     frac = [float(x) for x in re.findall(r"B_tot = ([0-9.]+)", svg)]
     assert frac == [round(ps.simulate("naive", 4, 1).bubble_fraction(), 3), round(float(ps.gpipe_bubble_fraction(4, 8)), 3)]
+
+
+def test_holdings_diagram_counts_theorems_4_2_5_and_4_3_4():
+    """The 📖 diagrams (Ch4-02 GPipe, Ch4-03 1F1B): at the fullest moment each rank holds what the theorems say,
+    m for GPipe and min(p − r, m) for 1F1B, closed forms written here, and the drawing lists those counts."""
+    for sched, p, m, want in [("gpipe", 4, 8, [8, 8, 8, 8]), ("1f1b", 4, 8, [min(4 - r, 8) for r in range(4)]),
+                              ("1f1b", 8, 4, [min(8 - r, 4) for r in range(8)])]:
+        tl = ps.simulate(sched, p, m)
+        held = page.holdings(tl, page.fullest_moment(tl))
+        assert [len(h) for h in held] == want
+        svg = page.holdings_svg(sched, p, m)
+        assert all(f"{n} 개" in svg for n in set(want))
