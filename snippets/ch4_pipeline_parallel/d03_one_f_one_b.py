@@ -152,13 +152,59 @@ def hop_rows(run) -> list[list]:
     return rows, delta
 
 
+def message_waits(e: dict) -> list[float]:
+    """Every cross-rank wait of one measured run: for each dependency on another rank (F_r^j → F_(r+1)^j,
+    B_(r+1)^j → B_r^j) whose input finished after the receiving rank's previous action (so the receiver was waiting
+    for it), the time from the input's end to the dependent action's start."""
+    rows = ps.measured_rows(e)
+    at = {(r, a["op"], a["mb"]): a for r, acts in enumerate(rows) for a in acts}
+    prev = {(r, a["op"], a["mb"]): (acts[k - 1]["end"] if k else -np.inf)
+            for r, acts in enumerate(rows) for k, a in enumerate(acts)}
+    out = []
+    for (r, op, j), a in at.items():
+        src = at.get((r - 1, "F", j)) if op == "F" else at.get((r + 1, "B", j))
+        if src is not None and src["end"] >= prev[(r, op, j)]:
+            out.append(a["start"] - src["end"])
+    return out
+
+
+def gap_rows(run) -> list[list]:
+    """Per shared m: the measured 1F1B − GPipe 𝓑_tot, the spread (max − min) of GPipe's 𝓑_tot over the measured
+    steps, and the T_hop model's error on 1F1B (predicted − measured)."""
+    rows, _ = hop_rows(run)
+    g = {e["m"]: e for e in entries(run, "gpipe")}
+    out = []
+    for r in rows:
+        fr = [st["bubble_fraction"] for st in g[r[0]]["step_stats"]]
+        out.append([r[0], f"{float(r[3]) - float(r[1]):+.3f}", f"{max(fr) - min(fr):.3f}", f"{float(r[4]) - float(r[3]):+.3f}"])
+    return out
+
+
 def hop_reading(run) -> str:
+    """Experiment 2's reading, computed from the results file: does the T_hop model get the direction, and the size?"""
+    from snippets.ch4_pipeline_parallel import d01_naive_pipeline_bubble as d01
+
     rows, delta = hop_rows(run)
+    gaps = gap_rows(run)
     same = sum((float(r[3]) > float(r[1])) == (float(r[4]) > float(r[2])) for r in rows)
-    return (f"T_hop = {delta * 1e3:.2f} ms 를 넣은 시뮬레이터는 {len(rows)} 개의 m 중 {same} 개에서 측정과 같은 쪽 (1F1B 가 GPipe 보다 "
-            f"{'큼' if float(rows[-1][4]) > float(rows[-1][2]) else '작음'}) 을 예측합니다. 1F1B 의 steady state 에서는 rank 0 이 B 를 "
-            "하려면 rank 1 의 B 를, rank 1 이 F 를 하려면 rank 0 의 F 를 기다리므로, 경계의 왕복이 F/B 한 쌍마다 critical path 위에 놓입니다. "
-            "GPipe 는 forward 를 모두 먼저 흘려 보내 그 왕복을 가립니다.")
+    below = sum(abs(float(g[1])) < float(g[2]) for g in gaps)
+    err = [abs(float(g[3])) for g in gaps]
+    diff = [abs(float(g[1])) for g in gaps]
+    naive = d01.crossing_gaps(next(e for e in entries(run, "gpipe") if e["m"] == 1))
+    m_all = run.params["m_all"]
+    waits = message_waits(next(e for e in entries(run, "1f1b") if e["m"] == m_all))
+    return (f"방향: T_hop = {delta * 1e3:.2f} ms 를 넣은 시뮬레이터는 {len(rows)} 개의 m 중 {same} 개에서 측정과 같은 쪽 (어느 schedule 의 "
+            f"𝓑_tot 가 큰지) 을 예측합니다. 크기: 측정된 1F1B − GPipe 차이 ({min(diff):.3f}–{max(diff):.3f}) 는 {len(gaps)} 개의 m 중 "
+            f"{below} 개에서 GPipe 자신의 step 사이 흔들림보다 작고, 모델의 1F1B 오차 ({min(err):.3f}–{max(err):.3f}) 는 같은 m 의 그 차이의 "
+            f"최대 {max(e / max(d, 1e-9) for e, d in zip(err, diff)):.1f} 배입니다. "
+            + ("그러니 이 모델은 차이의 크기를 설명하지 못합니다. " if max(e / max(d, 1e-9) for e, d in zip(err, diff)) > 1
+               else "모델의 오차가 차이보다 작습니다. ")
+            + f"이유 하나는 입력인 "
+            f"T_hop 자체입니다: m = 1 실행의 {delta * 1e3:.2f} ms 는 forward hop {naive['fwd'][0] * 1e3:.2f} ms, F→B 전환 "
+            f"{naive['turn'] * 1e3:.2f} ms, backward hop {naive['bwd'][0] * 1e3:.2f} ms 의 평균이고 ([Ch4-01 실험 4](01-naive-pipeline-bubble.md)), "
+            f"m = {m_all} 의 1F1B 실행에서 rank 가 다른 rank 의 결과를 기다린 간격은 {min(waits) * 1e3:.2f}–{max(waits) * 1e3:.2f} ms 입니다. "
+            "구조적인 이유는 남습니다: 1F1B 의 steady state 에서는 rank 0 이 B 를 하려면 rank 1 의 B 를, rank 1 이 F 를 하려면 rank 0 의 F 를 "
+            "기다리므로 경계의 왕복이 F/B 한 쌍마다 critical path 위에 놓이고, GPipe 는 forward 를 모두 먼저 흘려 보내 그 왕복을 가립니다.")
 
 
 def compare_tab(plat) -> str:
@@ -172,6 +218,8 @@ def compare_tab(plat) -> str:
     return (preset_line(run) + "\n\n**총 시간 대비** (𝓑_tot):\n\n" + tot + "\n\n**이상 시간 대비** (𝓑_ideal):\n\n" + ideal
             + "\n\n**경계 시간을 넣은 예측** (𝓑_tot):\n\n"
             + results.markdown_table(["m", "GPipe 측정", "GPipe 예측", "1F1B 측정", "1F1B 예측"], hop_rows(run)[0])
+            + "\n\n**차이의 크기** (𝓑_tot):\n\n"
+            + results.markdown_table(["m", "1F1B − GPipe (측정)", "GPipe 의 step 사이 범위", "1F1B 예측 − 측정"], gap_rows(run))
             + "\n\n" + hop_reading(run)
             + "\n\n" + measured_gantt(run, run.params["m_all"], hw_short(plat)))
 
@@ -300,6 +348,19 @@ def memory_balanced_layers(total: int, p: int, m: int, **model) -> list[int]:
         worst = max(x["states"] + x["act"] for x in stage_budget(layers, p, m, **model))
         if best is None or worst < best:
             best, out = worst, layers
+    return out
+
+
+def layer_capacity(cap: float, p: int, m: int, **model) -> list[int]:
+    """Per stage, the most transformer layers that fit in `cap` bytes: (cap − the stage's fixed embedding / head
+    states) // (one layer's states + its in-flight activations), both read off stage_budget, which is linear in
+    the layer count. No split can place more than the sum of these."""
+    zero = stage_budget([0] * p, p, m, **model)
+    one = stage_budget([1] * p, p, m, **model)
+    out = []
+    for z, o in zip(zero, one):
+        fixed = z["states"] + z["act"]
+        out.append(int((cap - fixed) // (o["states"] + o["act"] - fixed)))
     return out
 # --8<-- [end:rebalance]
 

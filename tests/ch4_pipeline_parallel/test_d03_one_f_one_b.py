@@ -143,7 +143,19 @@ def test_experiment_5_budget_against_independent_formulas():
     """Stage 0 of the uniform split: ψ = 8·12h² + Vh, states 16ψ (Adam, K = 12), activations p × 8 × sbh(34 + 5as/h)."""
     h, s_, a, V = MODEL["h"], MODEL["s"], MODEL["a"], MODEL["vocab"]
     st = page.stage_budget([8] * 4, 4, 16, **MODEL)
-    assert st[0]["psi"] == 8 * 12 * h * h + V * h and st[0]["states"] == 16 * st[0]["psi"]
+    assert st[0]["states"] == 16 * st[0]["psi"]
+    # ψ against torch's own parameter count of a bias-free GPT layer (QKV, proj, 4h MLP) and an embedding, at a small
+    # width where torch can build them: 12h² per layer, V·h for the embedding
+    import torch
+
+    hs, Vs = 64, 100
+    layer = torch.nn.ModuleList([torch.nn.Linear(hs, 3 * hs, bias=False), torch.nn.Linear(hs, hs, bias=False),
+                                 torch.nn.Linear(hs, 4 * hs, bias=False), torch.nn.Linear(4 * hs, hs, bias=False)])
+    n_layer = sum(x.numel() for x in layer.parameters())
+    n_emb = torch.nn.Embedding(Vs, hs).weight.numel()
+    small = page.stage_budget([8, 8, 8, 8], 4, 16, h=hs, s=s_, b=1, a=a, vocab=Vs)
+    assert small[0]["psi"] == 8 * n_layer + n_emb and small[1]["psi"] == 8 * n_layer
+    assert small[3]["psi"] == 8 * n_layer + n_emb  # the tied head: its own copy on the last stage
     assert st[0]["act"] == 4 * 8 * s_ * h * (34 + 5 * a * s_ / h) and st[3]["act"] == 1 * 8 * s_ * h * (34 + 5 * a * s_ / h)
     assert st[3]["flops"] - st[0]["flops"] == 2 * s_ * h * V  # the head's matmul
     mem = [x["states"] + x["act"] for x in st]
@@ -155,7 +167,7 @@ def test_experiment_5_budget_against_independent_formulas():
 def test_problem_2_no_split_fits_four_80gb_gpus():
     """Problem 2's diagnosis, by brute force over every split of 32 layers into 4 non-empty stages (independent
     of memory_balanced_layers): with the same formulas written out here, no split keeps every stage under 80 GB,
-    and the memory-balanced split's stages sum to more than 4 × 80 GB, as the page prints."""
+    and the per-stage layer capacities the page prints sum to fewer than 32 layers."""
     import itertools
 
     h, s_, a, V = MODEL["h"], MODEL["s"], MODEL["a"], MODEL["vocab"]
@@ -166,8 +178,9 @@ def test_problem_2_no_split_fits_four_80gb_gpus():
     best = min(max(stage(r, n) for r, n in enumerate(c))
                for c in itertools.product(range(1, 30), repeat=4) if sum(c) == 32)
     assert best > 80e9
-    bal = page.stage_budget(page.memory_balanced_layers(32, 4, 16, **MODEL), 4, 16, **MODEL)
-    assert sum(x["states"] + x["act"] for x in bal) > 320e9
+    # the page's argument: per-stage layer capacity under 80 GB, from the formulas written out here
+    want = [max(n for n in range(0, 64) if stage(r, n) <= 80e9) for r in range(4)]
+    assert page.layer_capacity(80e9, 4, 16, **MODEL) == want and sum(want) < 32
 
 
 def test_balanced_split_against_deepspeeds_partition_balanced():
@@ -285,8 +298,28 @@ def test_experiment_2_hop_time_makes_1f1b_bubble_larger():
         rows, delta = page.hop_rows(run)
         assert delta > 0
         last = rows[-1]
-        assert float(last[3]) > float(last[1]) and float(last[4]) > float(last[2])
-        assert "1F1B 가 GPipe 보다 큼" in page.hop_reading(run)
+        assert float(last[4]) > float(last[2])  # the model's direction at the largest m
+        # the size columns, recomputed from the raw file: measured gap, GPipe's step spread, the model's 1F1B error
+        for r, g in zip(rows, page.gap_rows(run)):
+            e = next(x for x in run.measurements if (x["schedule"], x["variant"], x["m"]) == ("gpipe", "sleep", r[0]))
+            fr = [st["bubble_fraction"] for st in e["step_stats"]]
+            assert g == [r[0], f"{float(r[3]) - float(r[1]):+.3f}", f"{max(fr) - min(fr):.3f}",
+                         f"{float(r[4]) - float(r[3]):+.3f}"]
+        text = page.hop_reading(run)
+        # the reading says 'size not explained' exactly when the model's error exceeds the measured gap at some m
+        worse = any(abs(float(g[3])) > abs(float(g[1])) for g in page.gap_rows(run))
+        assert ("크기를 설명하지 못합니다" in text) == worse
+
+
+def test_experiment_2_message_waits_against_the_raw_timeline():
+    """message_waits on a hand-made two-rank timeline (start/end written out here): F1 on rank 1 waits 0.5 after
+    F1 on rank 0; B0 on rank 0 waits 0.25 after rank 1's B0; rank 1's F0 waits 0.1 after rank 0's F0."""
+    tl = [[{"op": "F", "mb": 0, "start": 0.0, "end": 1.0}, {"op": "F", "mb": 1, "start": 1.0, "end": 2.0},
+           {"op": "B", "mb": 0, "start": 4.35, "end": 5.0}],
+          [{"op": "F", "mb": 0, "start": 1.1, "end": 1.9}, {"op": "F", "mb": 1, "start": 2.5, "end": 3.0},
+           {"op": "B", "mb": 0, "start": 3.0, "end": 4.1}]]
+    e = {"schedule": "1f1b", "timeline": [[{**c, "stage": r} for c in rank] for r, rank in enumerate(tl)]}
+    assert sorted(round(x, 6) for x in page.message_waits(e)) == [0.1, 0.25, 0.5]
 
 
 def test_problem_2_recomputation_fits():
