@@ -193,12 +193,12 @@ def order_tab(plat) -> str:
 
 def real_reading_numbers(run) -> dict:
     """Experiment 3's real variant at m_all, read from the results file: measured 𝓑_tot, busy time, makespan and
-    action count per schedule, and the simulator fed with this run's own mean F, B and T_hop (from the m = 1 GPipe
-    run, Ch4-02 실험 2)."""
+    action count per schedule, and the simulator fed with the real variant's own mean F, B and T_hop (from the real
+    variant's m = 1 GPipe run, Ch4-02 실험 2; the sleep variant's hop is another program's)."""
     from snippets.ch4_pipeline_parallel import d02_gpipe_microbatching as d02
 
     p, m = run.params["p"], run.params["m_all"]
-    hop = d02.hop_estimate(next(e for e in d02.entries(run, "gpipe", "sleep") if e["m"] == 1))
+    hop = d02.hop_estimate(next(e for e in d02.entries(run, "gpipe", "real") if e["m"] == 1))
     out = {"hop": hop}
     for sched in ("1f1b", "interleaved", "looped_bfs"):
         e = entry(run, sched, "real", m)
@@ -222,7 +222,7 @@ def real_reading(run) -> str:
         line += (f"두 rank 의 계산 시간 합은 거의 같고 ({o['busy'] * 1e3:.1f} 대 {i['busy'] * 1e3:.1f} ms), step 이 "
                  f"{(i['span'] - o['span']) * 1e3:.1f} ms 길어졌습니다. Action 이 {i['actions'] - o['actions']} 개 더 많으니 (경계를 건너는 횟수도 "
                  f"micro-batch 마다 {p2p_messages(run.params['p'], 1)} 에서 {p2p_messages(run.params['p'], 2)} 로 늘어남) rank 의 action 하나에 약 "
-                 f"{extra * 1e3:.2f} ms 입니다. 이 실행의 T_hop ({n['hop'] * 1e3:.2f} ms) 만 넣은 시뮬레이터는 interleaved "
+                 f"{extra * 1e3:.2f} ms 입니다. real 변형의 m = 1 실행에서 추정한 T_hop ({n['hop'] * 1e3:.2f} ms) 만 넣은 시뮬레이터는 interleaved "
                  f"{i['sim']:.3f}, 1F1B {o['sim']:.3f} 로 {'여전히 interleaved 가 낫다고' if i['sim'] < o['sim'] else '같은 역전을'} 예측합니다. "
                  + ("그러니 늘어난 시간은 경계 hop 만이 아니라 action 마다의 고정 비용 (schedule 의 Python 처리와 send/recv 준비, 2 개의 core 를 "
                     "나눠 쓰는 두 process) 이고, 계산이 이 비용보다 충분히 커야 interleaving 이 이깁니다."

@@ -228,6 +228,12 @@ def test_experiment_3_real_variant_reading_from_the_results_file():
         assert ("**오히려 나쁩니다**" in text) == worse
         for sched in raw:
             assert n[sched]["tot"] == pytest.approx(raw[sched][0])
+        # the hop fed to the simulator is the real variant's own: its m = 1 GPipe run, T − Σbusy over 2(p − 1), raw
+        e1 = next(x for x in run.measurements if (x["schedule"], x["variant"], x["m"]) == ("gpipe", "real", 1))
+        calls = [c for rank in e1["timeline"] for c in rank]
+        gap = max(c["end"] for c in calls) - min(c["start"] for c in calls) - sum(c["end"] - c["start"] for c in calls)
+        assert n["hop"] == pytest.approx(gap / (2 * (run.params["p"] - 1)))
+        assert f"T_hop ({gap / (2 * (run.params['p'] - 1)) * 1e3:.2f} ms)" in text
         if worse:
             assert abs(raw["interleaved"][1] - raw["1f1b"][1]) < 0.05 * raw["1f1b"][1]  # "계산 시간 합은 거의 같고"
             assert ("여전히 interleaved 가 낫다고" in text) == (n["interleaved"]["sim"] < n["1f1b"]["sim"])
