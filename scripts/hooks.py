@@ -77,7 +77,7 @@ KIND_KO = {"definition": "정의", "theorem": "정리", "lemma": "보조정리",
 # matching the globs) plus the generated pages; links to pages left out are reported at INFO level
 # instead of failing the strict build. Never set in CI or `make build`.
 BOOK_ONLY = [g.strip() for g in os.environ.get("BOOK_ONLY", "").split(",") if g.strip()]
-_ALWAYS = {"index.md", "notation.md", "theorems.md", "references.md"}
+_ALWAYS = {"index.md", "notation.md", "glossary.md", "theorems.md", "references.md"}
 
 
 def _selected(rel: str) -> bool:
@@ -248,7 +248,7 @@ def on_config(config, **kwargs):
         config["validation"]["nav"]["omitted_files"] = _logging.INFO
         log.info("BOOK_ONLY=%s: partial build for authors (links to omitted pages not checked)",
                     ",".join(BOOK_ONLY))
-    nav = [{"홈": "index.md"}] + ([{"표기법": "notation.md"}] if here("notation.md") else [])
+    nav = [{"홈": "index.md"}] + [{t: f} for t, f in (("표기법", "notation.md"), ("용어집", "glossary.md")) if here(f)]
     for ch in book.CHAPTERS:
         items = [d.path for d in ch.docs if here(d.path)]
         if here(ch.lab_path):
@@ -436,7 +436,7 @@ def _mark_dirty_pages(files, config) -> None:
     """`mkdocs serve --dirty` (make serve) rebuilds only pages whose file is newer than its HTML. A page
     also counts as changed when its cells would run again (a snippet, results file or version changed),
     a lab when its notebook was executed again; the generated pages always are (they read every page)."""
-    generated = {"index.md", "theorems.md", "references.md", "notation.md"}
+    generated = {"index.md", "theorems.md", "references.md", "notation.md", "glossary.md"}
     for f in files.documentation_pages():
         changed = f.src_uri in generated
         if not changed and f.src_uri.endswith("lab.py"):
@@ -600,8 +600,25 @@ def _chapter_map() -> str:
     return "\n".join(out)
 
 
+def _glossary() -> str:
+    """The glossary table from snippets/glossary.py: each term with its Korean forms, gloss and the two
+    written pages that use it most (counted in their Markdown), each row with an anchor pages can link."""
+    from snippets import glossary
+
+    texts = {d.path: (book.DOCS / d.path).read_text(encoding="utf-8") for d in book.written_docs()}
+    titles = {d.path: f"Ch{d.chapter[2]}-{d.number:02d}" for d in book.written_docs()}
+    rows = ["| English | 한국어 | 뜻 | 많이 쓰는 문서 |", "|---|---|---|---|"]
+    for term in sorted(glossary.TERMS, key=lambda t: t.en.lower()):
+        counts = sorted(((glossary.count(term, txt), path) for path, txt in texts.items()), reverse=True)
+        where = ", ".join(f"[{titles[path]}]({path})" for n, path in counts[:2] if n)
+        also = f" ({', '.join(term.also)})" if term.also else ""
+        rows.append(f'| <a id="{term.anchor}"></a>**{term.en}**{also} | {", ".join(term.ko)} | {term.gloss} | {where} |')
+    return "\n".join(rows) + "\n"
+
+
 GENERATED = {
     "<!-- book:chapter-map -->": _chapter_map,
+    "<!-- book:glossary -->": _glossary,
     "<!-- book:theorem-index -->": _theorem_index,
     "<!-- book:references -->": _references_block,
 }
@@ -967,7 +984,18 @@ def _slim_search_index(index: Path) -> None:
     if _PREVIOUS_INDEX:
         rebuilt = {d["location"].split("#")[0] for d in data.get("docs", [])}
         data["docs"] = data.get("docs", []) + [d for d in _PREVIOUS_INDEX if d["location"].split("#")[0] not in rebuilt]
+    from snippets import glossary
+
     for doc in data.get("docs", []):
         doc["text"] = TEX_DELIMS.sub("", DISPLAY_TEX.sub("", PRE.sub("", doc.get("text", ""))))
         doc["title"] = TEX_DELIMS.sub("", doc.get("title", ""))
+        # Korean search: a section that writes "bubble" is found by "버블" (snippets/glossary.py). The Korean
+        # forms of the terms in a section's title go into the title (searched with the title's boost), those
+        # of its text once at the end of the text; a form the section already contains is not added.
+        in_title = [t.ko[0] for t in glossary.terms_in(doc["title"]) if t.ko[0] not in doc["title"]]
+        if in_title:
+            doc["title"] += " · " + " ".join(dict.fromkeys(in_title))
+        in_text = [k for k in glossary.korean_forms(doc["text"]) if k not in in_title]
+        if in_text:
+            doc["text"] += " " + " ".join(in_text)
     index.write_text(json.dumps(data, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")

@@ -120,6 +120,41 @@ def test_korean_search_finds_the_ring_page(server, browser):
     assert not errors
 
 
+def _search_pages(page, query: str) -> list[str]:
+    """The pages (paths, in order, each once) that Material's search lists for `query`, typed as a reader would."""
+    box = page.locator("input.md-search__input")
+    box.click()
+    box.fill(query)
+    box.press("End")
+    page.keyboard.press("Space")
+    page.keyboard.press("Backspace")
+    page.wait_for_selector(".md-search-result__item", timeout=15000)
+    page.wait_for_timeout(300)  # the worker answers each keystroke: let the last answer settle
+    hrefs = page.eval_on_selector_all(".md-search-result__item > a", "els => els.map(e => e.href)")
+    return list(dict.fromkeys(urlparse(h).path.strip("/") for h in hrefs))
+
+
+# A reader's queries in Korean (or mixed) and the page each should find among the first three (glossary.py).
+KOREAN_QUERIES = {
+    "버블": "ch4-pipeline-parallel/01-naive-pipeline-bubble",
+    "파이프라인 bubble": "ch4-pipeline-parallel/01-naive-pipeline-bubble",  # the page that defines it
+    "ZeRO-3": "ch5-zero-sharding/04-zero-3",
+    "기울기 누적": "ch2-data-parallel/04-gradient-accumulation",
+    "체크포인트": "ch7-3d-parallelism/03-checkpointing-resume",
+}
+
+
+@pytest.mark.parametrize("query", list(KOREAN_QUERIES))
+def test_korean_queries_find_the_page_a_reader_wants(server, browser, query):
+    base, _ = server
+    page, errors, _ = _open(browser, base)
+    found = _search_pages(page, query)
+    page.screenshot(path=str(ARTIFACTS / f"search-{KOREAN_QUERIES[query].split('/')[-1]}.png"))
+    assert KOREAN_QUERIES[query] in found[:3], (query, found[:5])
+    assert not errors
+    page.close()
+
+
 def test_search_index_is_fetched_only_when_the_reader_turns_to_search(server, browser):
     """docs/_overrides/main.html holds the index request back (first-visit weight); Material's search
     must still work when opened with its keyboard shortcut, after an instant navigation."""

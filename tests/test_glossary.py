@@ -1,0 +1,47 @@
+"""The glossary (snippets/glossary.py): terms the book really uses, spellings matched as the pages write them,
+and the Korean forms that the search index gains (scripts/hooks.py)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from snippets import book, glossary
+
+PAGES = {d.path: (book.DOCS / d.path).read_text(encoding="utf-8") for d in book.written_docs()}
+
+
+@pytest.mark.parametrize("term", glossary.TERMS, ids=lambda t: t.en)
+def test_every_term_is_one_the_book_uses(term):
+    assert sum(glossary.count(term, text) for text in PAGES.values()) > 0, term.en
+    assert term.ko and all(term.ko), term.en
+
+
+def test_terms_are_listed_once_with_distinct_anchors():
+    assert len({t.en.lower() for t in glossary.TERMS}) == len(glossary.TERMS)
+    assert len({t.anchor for t in glossary.TERMS}) == len(glossary.TERMS)
+
+
+def test_spellings_match_the_ways_the_pages_write_them():
+    by = {t.en: t for t in glossary.TERMS}
+    for text in ("AllReduce", "all-reduce", "all_reduce", "allreduce", "All Reduce"):
+        assert glossary.pattern(by["all-reduce"]).search(text), text
+    for text in ("overall-reducer", "reduce-scatter"):
+        assert not glossary.pattern(by["all-reduce"]).search(text), text
+    assert glossary.count(by["micro-batch"], "micro-batch 4 개, microbatch, Micro-Batch") == 3
+    assert [t.en for t in glossary.terms_in("the pipeline bubble")] == ["pipeline", "bubble"]
+    # a form the text already has is not added again; each form once
+    assert glossary.korean_forms("bubble 과 버블, bubble") == ["유휴 시간"]
+
+
+@pytest.mark.build
+def test_search_index_carries_the_korean_forms_and_the_glossary_page_lists_every_term(built_site):
+    site, _, _ = built_site
+    docs = json.loads((site / "search" / "search_index.json").read_text(encoding="utf-8"))["docs"]
+    bubble = next(t for t in glossary.TERMS if t.en == "bubble")
+    with_bubble = [d for d in docs if glossary.pattern(bubble).search(d["text"]) and "glossary" not in d["location"]]
+    assert with_bubble and all("버블" in d["text"] or "버블" in d["title"] for d in with_bubble)
+    title = next(d for d in docs if d["location"] == "ch4-pipeline-parallel/01-naive-pipeline-bubble/")
+    assert "버블" in title["title"]  # the title's terms go into the title: searched with its boost
+    html = (site / "glossary" / "index.html").read_text(encoding="utf-8")
+    for t in glossary.TERMS:
+        assert f'id="{t.anchor}"' in html and t.ko[0] in html, t.en
