@@ -27,6 +27,7 @@ PRELOAD = ("torch.distributed.pipelining",)
 
 D, ROWS, M, LAYERS = 32, 8, 4, 4
 SLEEP = 0.004  # seconds added to each forward (twice to each backward): makes the schedule visible on a busy CPU
+STEPS = 3  # timed steps of the library schedules, after one untimed warm-up step (the first step pays lazy setup)
 
 
 def make_model(seed: int = 0) -> nn.Sequential:
@@ -131,7 +132,9 @@ def manual_worker(rank: int, world: int, store: str, outdir: str, schedule: str)
 
 # --8<-- [start:library]
 def library_worker(rank: int, world: int, store: str, outdir: str, schedule: str):
-    """The same model and data with torch.distributed.pipelining's ScheduleGPipe / Schedule1F1B."""
+    """The same model and data with torch.distributed.pipelining's ScheduleGPipe / Schedule1F1B: one cold step
+    (the first, which pays PipelineStage's lazy setup and first-call costs), then STEPS warm steps, each recorded;
+    gradients from the last step (zeroed before every step)."""
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
     _init(rank, world, store)
@@ -151,13 +154,18 @@ def library_worker(rank: int, world: int, store: str, outdir: str, schedule: str
     cls = ScheduleGPipe if schedule == "gpipe" else Schedule1F1B
     sched = cls(stage, n_microbatches=M, loss_fn=nn.functional.mse_loss)
     x, y = data()
-    dist.barrier()
-    if rank == 0:
-        sched.step(x)
-    else:
-        sched.step(target=y)
+    steps = []
+    for _ in range(1 + STEPS):
+        mod.zero_grad()
+        events.clear()
+        dist.barrier()
+        if rank == 0:
+            sched.step(x)
+        else:
+            sched.step(target=y)
+        steps.append(list(events))
     grads = torch.cat([p.grad.reshape(-1) for p in mod.parameters()]).tolist()
-    _dump(outdir, rank, {"events": events, "grads": grads})
+    _dump(outdir, rank, {"steps": steps, "events": steps[0], "grads": grads})
     dist.destroy_process_group()
 # --8<-- [end:library]
 
@@ -208,6 +216,19 @@ def show(svg: str, name: str) -> None:
     out.parent.mkdir(exist_ok=True)
     out.write_text(svg)
     print(f"그림을 {out} 에 저장했습니다 (브라우저로 여십시오).")
+
+
+def step_span(ranks: list[dict], k: int) -> float:
+    """Makespan of recorded step k over all ranks (first call start to last call end)."""
+    ev = [e for r in ranks for e in r["steps"][k]]
+    return max(e[3] for e in ev) - min(e[2] for e in ev)
+
+
+def warm_median(ranks: list[dict]) -> list[dict]:
+    """The library run with `events` set to its median warm step (by makespan over both ranks; step 0 is cold)."""
+    warm = sorted(range(1, len(ranks[0]["steps"])), key=lambda k: step_span(ranks, k))
+    k = warm[len(warm) // 2]
+    return [{**r, "events": r["steps"][k], "step": k} for r in ranks]
 
 
 def rows(ranks: list[dict]) -> list[list[dict]]:
