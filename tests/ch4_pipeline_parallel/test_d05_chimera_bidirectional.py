@@ -67,7 +67,13 @@ def test_zbv_bubble_memory_and_comm_against_torch_and_the_measurement():
         assert row[4] == f"{torch_peak / 2:g} / {p:g}"
         sends = {n: sum(1 for r in _torch_ops(n, p, 2 * p, with_comms=True) for a in r if a and a.computation_type.name == "SEND_F")
                  for n in ("ZBVZeroBubble", "Interleaved1F1B")}
-        assert row[5] == f"{sends['ZBVZeroBubble'] // (2 * p)} / {sends['Interleaved1F1B'] // (2 * p)} / {p - 1}"
+        # 1F1B's crossings from DeepSpeed's own TrainSchedule: its SendActivation instructions over all stages, per micro-batch
+        from deepspeed.runtime.pipe.schedule import SendActivation, TrainSchedule
+
+        ds_sends = sum(1 for st in range(p) for step in TrainSchedule(micro_batches=2 * p, stages=p, stage_id=st)
+                       for c in step if isinstance(c, SendActivation))
+        assert row[5] == (f"{sends['ZBVZeroBubble'] // (2 * p)} / {sends['Interleaved1F1B'] // (2 * p)} / "
+                          f"{ds_sends // (2 * p)}")
     for run in RUNS:
         e = page.entry(run, "zbv", "sleep", run.params["m_all"])
         assert e["peak_live_microbatches"] == [2 * 2, 2 * 2]  # measured at p = 2: 2p chunks on every rank
@@ -184,8 +190,11 @@ def test_theorem_455_and_experiment_4_chimera():
             c = ps.simulate("chimera", p, m, t_f=1.0, t_b=bwd, t_w=0.0)
             assert len(c.start) == 2 * m * p  # every micro-batch passes F and B on every stage
             inf = c.inflight()
-            assert inf.max() <= p + 1  # Theorem 4.5.7
             assert list(inf) == list(inf[::-1])  # balanced: rank r and p-1-r hold the same
+            # "more balanced than 1F1B": the spread over ranks is below 1F1B's p − 1 (rank 0 holds p, rank p−1 one),
+            # 1F1B's counts taken from its own simulation, not from the cap inside the bidirectional construction
+            one = ps.simulate("1f1b", p, m).inflight()
+            assert inf.max() - inf.min() < one.max() - one.min() or p == 2
     # T_B = T_F: on the finite grid the list schedule meets the quoted formula exactly when p divides m,
     # and stays above it otherwise (what the page says)
     for p in (2, 4, 6, 8, 16):
