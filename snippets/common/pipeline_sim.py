@@ -119,7 +119,7 @@ def rank_order(schedule: str, rank: int, p: int, m: int, v: int = 1) -> list[tup
         return order_looped_bfs(r, p, m, v)
     if schedule == "zb_h1":
         return order_zb_h1(r, p, m)
-    if schedule == "zbv":  # ZB-V (Qi et al., arXiv 2401.10241 §6, the section torch's ScheduleZBVZeroBubble cites)
+    if schedule == "zbv":  # ZB-V (Qi et al. 2024, arXiv v2 §6): two chunks per rank in V order
         return _zbv_order(r, p, m)
     if schedule == "chimera":  # two 1F1B pipelines in opposite directions, merged greedily
         return chimera_orders(p, m)[r]
@@ -169,7 +169,6 @@ def _zbv_order(r: int, p: int, m: int) -> list[tuple[str, int, int]]:
 _CHIMERA: dict = {}
 
 
-# --8<-- [start:order-chimera]
 def _chimera_list_schedule(p, m, t_f, t_b, cap=True):
     """The list schedule behind chimera_orders; returns (orders, makespan)."""
     half = m // 2
@@ -244,7 +243,6 @@ def chimera_orders(p: int, m: int, t_f: float = 1.0, t_b: float = 2.0) -> list[l
         raise ValueError("chimera needs an even number of micro-batches (half per direction)")
     _CHIMERA[key] = _chimera_list_schedule(p, m, t_f, t_b)[0]
     return _CHIMERA[key]
-# --8<-- [end:order-chimera]
 # --8<-- [end:orders]
 
 
