@@ -15,8 +15,11 @@ modules of earlier chapters:
                          `Assumptions.tp_overlap` hidden under compute;
                      PP: one α-β point-to-point message of b·s·h·e/t bytes per micro-batch, per direction,
                          per model chunk (× v when interleaved);
-                     DP: alphabeta.ring_allreduce_time (Ch1) of the gradients (grad_bytes each), plus one
-                         ring all-gather of the 16-bit parameters for ZeRO-3.
+                     DP: ZeRO 0: alphabeta.ring_allreduce_time (Ch1) of the gradients (grad_bytes each);
+                         ZeRO ≥ 1 (Megatron's distributed optimizer, FSDP): a ring reduce-scatter of the
+                         gradients and a ring all-gather of the 16-bit parameters, (d−1)/d·(grad_bytes + 2)
+                         bytes per parameter; ZeRO-3 (reshard after forward) gathers the parameters once more
+                         for the backward.
     bubble           (p−1)/(v·m) (Megatron's definition, relative to ideal time; v = 1: 1F1B).
     compute          the model's matmul FLOPs (Narayanan 2021 §5.1 generalised to GQA/SwiGLU, + the LM
                      head) of the slowest stage / (t · F · MFU(h/t)); MFU(h/t) = MFU · η(h/t)/η(h) from
@@ -74,7 +77,7 @@ class Batch:
 @dataclass(frozen=True)
 class Assumptions:
     """What the step-time and memory model takes for granted. Each one moves the ranking (the page's
-    sensitivity table); LEGACY is the second edition's planner, which fixed all of them."""
+    sensitivity table); LEGACY is the simple model: 16-bit gradients, 12Lh² with MHA/GELU, no embedding."""
     tp_overlap: float = 0.0         # fraction of TP communication hidden under compute (async TP)
     mfu_curve: tuple = ()           # ((h/t, η), ...): GEMM efficiency vs shard width; () = MFU flat in t
     grad_bytes: int = 4             # Megatron distributed optimizer: fp32 main gradients (6 + 12/d B/param)
@@ -236,9 +239,16 @@ def evaluate(model: Model, cluster: Cluster, batch: Batch, d: int, t: int, p: in
     pp_s = (2 * m * v * (al + b * s * h * tc.E_16BIT / t * be)) if p > 1 else 0.0
     al, be = ab_of[links["dp"]]
     shard = max(first, last, middle)
-    dp_s = float(ab.ring_allreduce_time(d, assume.grad_bytes * shard, al, be)) if d > 1 else 0.0
-    if zero_stage == 3 and d > 1:                           # parameters gathered again for the backward
-        dp_s += float(tc.ring_allgather_time(d, zm.PARAM_BYTES * shard, al, be))
+    if d == 1:
+        dp_s = 0.0
+    elif zero_stage == 0:                                   # plain DP: all-reduce the gradients
+        dp_s = float(ab.ring_allreduce_time(d, assume.grad_bytes * shard, al, be))
+    else:   # ZeRO ≥ 1: reduce-scatter the gradients, all-gather the updated 16-bit parameters (a ring
+            # reduce-scatter costs what a ring all-gather of the same S costs: (d−1)α + (d−1)/d·Sβ)
+        dp_s = float(tc.ring_allgather_time(d, assume.grad_bytes * shard, al, be)
+                     + tc.ring_allgather_time(d, zm.PARAM_BYTES * shard, al, be))
+        if zero_stage == 3:                                 # resharded after forward: gathered again for the backward
+            dp_s += float(tc.ring_allgather_time(d, zm.PARAM_BYTES * shard, al, be))
 
     extra = 1 / 3 if recompute == "full" else 0.0           # full recompute re-runs the forward (1/3)
     rate = t * cluster.flops * mfu_at(cluster, model, t, assume)

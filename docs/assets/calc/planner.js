@@ -99,8 +99,12 @@ export function evaluate(model, cluster, batch, d, t, p, zeroStage = 1, recomput
   const ppS = p > 1 ? 2 * m * v * (al + b * s * h * E_16BIT / t * be) : 0.0;
   [al, be] = ab[links.dp];
   const shard = Math.max(first, last, middle);
-  let dpS = d > 1 ? ringAllreduceTime(d, A.grad_bytes * shard, al, be) : 0.0;
-  if (zeroStage === 3 && d > 1) dpS += ringAllgatherTime(d, PARAM_BYTES * shard, al, be);
+  let dpS = 0.0;   // ZeRO 0: all-reduce; ZeRO >= 1: reduce-scatter gradients + all-gather 16-bit parameters
+  if (d > 1 && zeroStage === 0) dpS = ringAllreduceTime(d, A.grad_bytes * shard, al, be);
+  else if (d > 1) {
+    dpS = ringAllgatherTime(d, A.grad_bytes * shard, al, be) + ringAllgatherTime(d, PARAM_BYTES * shard, al, be);
+    if (zeroStage === 3) dpS += ringAllgatherTime(d, PARAM_BYTES * shard, al, be);  // gathered again for the backward
+  }
   const extra = recompute === "full" ? 1 / 3 : 0.0;
   const rate = t * cluster.flops * mfuAt(cluster, model, t, A);
   const head = embed ? 3.0 * 2 * b * s * h * V : 0.0;
