@@ -148,9 +148,12 @@ for k, (d, p, t) in layouts.items():
               f"{meas['fsdp_all_gather_bytes']:,} B → 예측과 같은가 {same}")
     print(f"배치 {k}: 예측과 측정이 모든 rank 에서 같은가: {ok}")
 a0, b0 = page.mesh_pp_measured(runs["A"]["measurements"]["ranks"][0]), page.mesh_pp_measured(runs["B"]["measurements"]["ranks"][0])
-print(f"\nrank 0 의 collective 크기 S 의 합 (nccl-tests 의 S: all-reduce 는 입력, all-gather 는 모은 출력): 배치 A 는 TP {a0['tp_all_reduce_bytes']:,} + FSDP {a0['fsdp_all_gather_bytes'] + a0['fsdp_reduce_scatter_bytes']:,}"
-      f", 배치 B 는 TP {b0['tp_all_reduce_bytes']:,} + PP {b0['p2p_bytes_each_way']:,}. "
-      f"이 작은 모델에서는 {'A' if a0['tp_all_reduce_bytes'] + a0['fsdp_all_gather_bytes'] > b0['tp_all_reduce_bytes'] + b0['p2p_bytes_each_way'] else 'B'} 가 더 많이 옮깁니다.")
+a_fsdp = a0["fsdp_all_gather_bytes"] + a0["fsdp_reduce_scatter_bytes"]
+a_sum, b_sum = a0["tp_all_reduce_bytes"] + a_fsdp, b0["tp_all_reduce_bytes"] + b0["p2p_bytes_each_way"]
+print(f"\nrank 0 의 collective 크기 S 의 합 (nccl-tests 의 S: all-reduce 는 입력, all-gather 는 모은 출력, reduce-scatter 는 입력): "
+      f"배치 A 는 TP {a0['tp_all_reduce_bytes']:,} + FSDP (all-gather + reduce-scatter) {a_fsdp:,} = {a_sum:,}, "
+      f"배치 B 는 TP {b0['tp_all_reduce_bytes']:,} + PP {b0['p2p_bytes_each_way']:,} = {b_sum:,}. "
+      f"이 작은 모델에서는 {'A' if a_sum > b_sum else 'B'} 가 더 많이 옮깁니다.")
 
 # %% [markdown]
 # 이 작은 모델은 parameter 에 비해 activation 이 작아서 FSDP2 의 all-gather (parameter) 가 TP 의 all-reduce (activation) 보다 큽니다. 70B 에서는
