@@ -2,7 +2,8 @@
 
     python scripts/anchors.py build/site     # rewrite scripts/published_anchors.json from a built site
 
-The file lists, for every page URL, the ids of its headings and of its definition/theorem blocks.
+The file lists, for every page URL, the ids of its headings, of its definition/theorem blocks, and of its
+exercises (ex-…) and figures (fig-…).
 tests/site/test_build.py fails when a listed URL or anchor disappears from the build, and when the
 build has anchors the file does not list yet (run this script after adding a page or a heading).
 """
@@ -17,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PUBLISHED = ROOT / "scripts" / "published_anchors.json"
 HEADING = re.compile(r'<h[2-4] id="([^"]+)"')
 BLOCK = re.compile(r'<div class="admonition (?:definition|theorem|lemma|corollary)" id="([^"]+)"')
+LINKABLE = re.compile(r'<(?:a class="book-anchor"|figure class="book-figure") id="((?:ex|fig)-[^"]+)"')  # exercises, figures
 
 
 def collect(site: Path) -> dict[str, list[str]]:
@@ -26,7 +28,7 @@ def collect(site: Path) -> dict[str, list[str]]:
         if rel.startswith(("assets", "404")):
             continue
         text = html.read_text(encoding="utf-8")
-        ids = sorted(set(HEADING.findall(text)) | set(BLOCK.findall(text)))
+        ids = sorted(set(HEADING.findall(text)) | set(BLOCK.findall(text)) | set(LINKABLE.findall(text)))
         out["/" if rel == "." else f"/{rel}/"] = ids
     return out
 

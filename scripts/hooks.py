@@ -77,7 +77,7 @@ KIND_KO = {"definition": "정의", "theorem": "정리", "lemma": "보조정리",
 # matching the globs) plus the generated pages; links to pages left out are reported at INFO level
 # instead of failing the strict build. Never set in CI or `make build`.
 BOOK_ONLY = [g.strip() for g in os.environ.get("BOOK_ONLY", "").split(",") if g.strip()]
-_ALWAYS = {"index.md", "notation.md", "glossary.md", "theorems.md", "references.md"}
+_ALWAYS = {"index.md", "notation.md", "glossary.md", "theorems.md", "exercises.md", "references.md"}
 
 
 def _selected(rel: str) -> bool:
@@ -124,6 +124,9 @@ def _cells_out_of_search(config) -> None:
         if fence.get("name") == "python" and fmt is not None and not getattr(fmt, "_book_wrapped", False):
             def wrapped(*args, _fmt=fmt, **kw):
                 html_ = _fmt(*args, **kw)
+                options = args[3] if len(args) > 3 else kw.get("options", {})  # markdown-exec's: id= is there
+                if html_ and options.get("id"):
+                    html_ = _figure_ids(str(html_), options["id"])
                 return (Markup(f'<!--book-cell--><div class="exec-cell" data-search-exclude>{html_}</div><!--/book-cell-->')
                         if html_ else html_)
 
@@ -132,6 +135,33 @@ def _cells_out_of_search(config) -> None:
 
 
 CELL_SPAN = re.compile(r"<!--book-cell-->.*?<!--/book-cell-->", re.S)
+FIGURE = '<figure class="book-figure">'
+
+
+def _figure_ids(html_: str, cell_id: str) -> str:
+    """Every figure a cell draws gets a stable anchor named after the cell (GUIDE: cells carry ids):
+    fig-<cell id> for the first, fig-<cell id>-2 … for the next (one per hardware tab, say), so that a course
+    can link a figure and scripts/published_anchors.json keeps it."""
+    parts = html_.split(FIGURE)
+    out = [parts[0]]
+    for n, rest in enumerate(parts[1:], start=1):
+        out.append(f'<figure class="book-figure" id="fig-{cell_id}{"" if n == 1 else f"-{n}"}">' + rest)
+    return "".join(out)
+
+
+EXERCISE = re.compile(r"^\*\*문제 (\d+) \(([^)]*)\)\.\*\*", re.M)
+
+
+def exercise_anchor(doc_path: str, n: int | str) -> str:
+    """ex-ch4-01-2: problem 2 of Ch4-01 (chapter number, document number, problem number)."""
+    folder, name = doc_path.split("/")[-2:]
+    return f"ex-{folder.split('-')[0]}-{name[:2]}-{n}"
+
+
+def _exercise_anchors(markdown: str, doc_path: str) -> str:
+    """Each exercise (a paragraph that opens with **문제 N (…).**) gets a stable anchor a course can link."""
+    return EXERCISE.sub(lambda m: f'<a class="book-anchor" id="{exercise_anchor(doc_path, m.group(1))}"></a>{m.group(0)}',
+                        markdown)
 
 
 _SEARCH: dict = {}  # the search plugin's page_context method, and the pages it has indexed this build
@@ -255,7 +285,8 @@ def on_config(config, **kwargs):
             items.append({f"Ch{ch.number} 실습 노트북": ch.lab_path})
         if items:
             nav.append({f"Ch{ch.number} {ch.title.split(' ')[0]}": items})
-    nav += [{t: f} for t, f in (("정리 색인", "theorems.md"), ("계산기", "calculators.md"), ("참고문헌", "references.md")) if here(f)]
+    nav += [{t: f} for t, f in (("정리 색인", "theorems.md"), ("문제 색인", "exercises.md"), ("계산기", "calculators.md"),
+                                 ("참고문헌", "references.md")) if here(f)]
     config["nav"] = nav
     if MATH_RENDER not in ("build", "browser"):
         raise PluginError(f"MATH_RENDER must be 'build' or 'browser', not {MATH_RENDER!r}")
@@ -436,7 +467,7 @@ def _mark_dirty_pages(files, config) -> None:
     """`mkdocs serve --dirty` (make serve) rebuilds only pages whose file is newer than its HTML. A page
     also counts as changed when its cells would run again (a snippet, results file or version changed),
     a lab when its notebook was executed again; the generated pages always are (they read every page)."""
-    generated = {"index.md", "theorems.md", "references.md", "notation.md", "glossary.md"}
+    generated = {"index.md", "theorems.md", "references.md", "notation.md", "glossary.md", "exercises.md"}
     for f in files.documentation_pages():
         changed = f.src_uri in generated
         if not changed and f.src_uri.endswith("lab.py"):
@@ -616,8 +647,33 @@ def _glossary() -> str:
     return "\n".join(rows) + "\n"
 
 
+def _exercise_index() -> str:
+    """Every exercise of every written page, by chapter: number, kind, its first words, and its anchor."""
+    out = []
+    for ch in book.CHAPTERS:
+        rows = []
+        for d in ch.docs:
+            if not d.written:
+                continue
+            text = (book.DOCS / d.path).read_text(encoding="utf-8")
+            for m in EXERCISE.finditer(text):
+                first = re.sub(r"\s+", " ", text[m.end():m.end() + 400]).strip()
+                first = re.sub(r"\$[^$]*\$|\[@[^\]]*\]|[*`]", "", first)  # no half formulas or citation keys
+                first = first[:60].rsplit(" ", 1)[0] + " …"
+                anchor = exercise_anchor(d.path, m.group(1))
+                rows.append(f"| [Ch{ch.number}-{d.number:02d} 문제 {m.group(1)}]({d.path}#{anchor}) | {m.group(2)} | "
+                            f"{first} | `#{anchor}` |")
+        if rows:
+            out.append(f"## Chapter {ch.number}: {ch.title}\n")
+            out.append("| 문제 | 종류 | 시작 | anchor |\n|---|---|---|---|")
+            out += rows
+            out.append("")
+    return "\n".join(out)
+
+
 GENERATED = {
     "<!-- book:chapter-map -->": _chapter_map,
+    "<!-- book:exercise-index -->": _exercise_index,
     "<!-- book:glossary -->": _glossary,
     "<!-- book:theorem-index -->": _theorem_index,
     "<!-- book:references -->": _references_block,
@@ -664,6 +720,8 @@ def on_page_markdown(markdown, page, config, files, **kwargs):
     for marker, fn in GENERATED.items():
         if marker in markdown:
             markdown = markdown.replace(marker, fn())
+    if page.file.src_uri.startswith("ch"):
+        markdown = _exercise_anchors(markdown, page.file.src_uri)
     markdown = _cite(_isolate_display_math(markdown), page)
     bc.fresh_sessions()  # no cell sees a session left by another page or an earlier serve rebuild
     if _CACHE["root"] is not None:  # the page's cells run, or replay their cached output (book_cache.py)
