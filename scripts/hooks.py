@@ -616,19 +616,34 @@ def _theorem_index() -> str:
 
 
 def _chapter_map() -> str:
+    """Every chapter and its documents: a link, one line (book.SUMMARIES) and the reading time (book.reading_minutes)."""
     out = []
     for ch in book.CHAPTERS:
-        n_written = sum(d.written for d in ch.docs)
+        minutes = sum(book.reading_minutes(d) for d in ch.docs if d.written)
         out.append(f"### Chapter {ch.number}: {ch.title}\n")
-        out.append(f"{len(ch.docs)}개 문서 중 {n_written}개 집필됨.\n")
+        out.append(f"문서 {len(ch.docs)} 개, 읽는 데 약 {minutes // 60} 시간 {minutes % 60} 분.\n")
         for d in ch.docs:
             label = f"{d.number:02d}. {d.title}"
             # "01\\." : a bullet's text "01. Title" would otherwise start a nested ordered list
-            out.append(f"- [{label}]({d.path})" if d.written else f"- {d.number:02d}\\. {d.title}")
+            if d.written:
+                out.append(f"- [{label}]({d.path}) — {book.SUMMARIES[book.key(d)]} *약 {book.reading_minutes(d)} 분*")
+            else:
+                out.append(f"- {d.number:02d}\\. {d.title}")
         if (book.DOCS / ch.lab_path).exists():
-            out.append(f"- [Chapter {ch.number} 실습 노트북]({ch.lab_path})")
+            out.append(f"- [Chapter {ch.number} 실습 노트북]({ch.lab_path}) — 노트북 PC 의 CPU 에서 1 분 안팎")
         out.append("")
     return "\n".join(out)
+
+
+def _tour() -> str:
+    """The introductory tour (book.TOUR): per day its pages, their reading time and what each builds on."""
+    rows = ["| 일 | 문서 | 먼저 읽은 문서 | 시간 |", "|---|---|---|---|"]
+    for day, keys in enumerate(book.TOUR, start=1):
+        docs = [book.by_key(k) for k in keys]
+        pages = ", ".join(f"[{book.key(d)} {d.title}]({d.path})" for d in docs)
+        pre = ", ".join(dict.fromkeys(book.key(p) for d in docs for p in book.prerequisites(d) if book.key(p) not in keys))
+        rows.append(f"| {day} | {pages} | {pre or '—'} | {sum(book.reading_minutes(d) for d in docs)} 분 |")
+    return "\n".join("    " + r for r in rows) + "\n"  # indented: it sits in a content tab of the landing page
 
 
 def _glossary() -> str:
@@ -673,6 +688,7 @@ def _exercise_index() -> str:
 
 GENERATED = {
     "<!-- book:chapter-map -->": _chapter_map,
+    "<!-- book:tour -->": _tour,
     "<!-- book:exercise-index -->": _exercise_index,
     "<!-- book:glossary -->": _glossary,
     "<!-- book:theorem-index -->": _theorem_index,
