@@ -293,12 +293,13 @@ ASSUMED_LINKS = {"NVLink, node 안 (240 GB/s 가정)": 240e9, "InfiniBand 200 Gb
 
 
 def threshold_rows(flops: float = ASSUMED_FLOPS, links=None, ns=(8, 64, 512)) -> list[dict]:
-    """τ* of ZeRO-3 (shared formula) and of plain DP (2/3 of it) for each link and N."""
+    """τ* of ZeRO-3 (shared formula) and of plain DP for each link and N. DP's AllReduce (2eψ(N−1)/N bytes) can only
+    hide behind the backward (4ψτ FLOPs), so its threshold is F·2e(N−1)/N / (4·BW): the same as ZeRO-3's."""
     rows = []
     for name, w in (links or ASSUMED_LINKS).items():
         for n in ns:
             z3 = zm.zero3_breakeven_tokens(flops, w, n)
-            rows.append({"link": name, "W": w, "N": n, "zero3": z3,
-                         "dp": z3 * zm.zero_comm_volume(1, 0) / zm.zero_comm_volume(1, 3)})
+            dp = flops * zm.zero_comm_volume(1, 0) * 2 * (n - 1) / n / (4 * w)  # bf16 gradients, backward only
+            rows.append({"link": name, "W": w, "N": n, "zero3": z3, "dp": dp})
     return rows
 # --8<-- [end:threshold]

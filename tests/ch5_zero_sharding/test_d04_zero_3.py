@@ -73,7 +73,14 @@ def test_token_threshold_against_measured_bytes_and_prefetch_schedule():
         t = page.layer_time(layers, t_c, t_g, True)
         assert (t == pytest.approx(t_g + layers * t_c)) is hidden
     rows = page.threshold_rows()
-    assert all(r["dp"] == pytest.approx(2 / 3 * r["zero3"]) for r in rows)
+    # DP's threshold, computed independently as Ch1-04 does (ring AllReduce of 2ψ bytes, α = 0, against the backward's
+    # 4ψτ FLOPs): equal to ZeRO-3's τ₃*, not ⅔ of it (its AllReduce cannot hide behind the forward)
+    from snippets.common import alphabeta as ab
+
+    psi = 1e9
+    for r in rows:
+        t_ar = ab.ring_allreduce_time(r["N"], 2 * psi, 0.0, 1 / r["W"])
+        assert r["dp"] == pytest.approx(t_ar * flops / (4 * psi)) == pytest.approx(r["zero3"])
     by = {(r["W"], r["N"]): r["zero3"] for r in rows}   # the page: across nodes "about ten times" the in-node τ₃*
     assert all(10 <= by[(20e9, n)] / by[(240e9, n)] <= 13 for n in (8, 64, 512))
     assert all(by[(240e9, n)] < 1000 for n in (8, 64, 512))  # "a few hundred tokens" inside a node
