@@ -77,7 +77,7 @@ KIND_KO = {"definition": "정의", "theorem": "정리", "lemma": "보조정리",
 # matching the globs) plus the generated pages; links to pages left out are reported at INFO level
 # instead of failing the strict build. Never set in CI or `make build`.
 BOOK_ONLY = [g.strip() for g in os.environ.get("BOOK_ONLY", "").split(",") if g.strip()]
-_ALWAYS = {"index.md", "notation.md", "glossary.md", "theorems.md", "exercises.md", "verification.md", "references.md"}
+_ALWAYS = {"index.md", "notation.md", "glossary.md", "theorems.md", "exercises.md", "verification.md", "thresholds.md", "references.md"}
 
 
 def _selected(rel: str) -> bool:
@@ -286,7 +286,8 @@ def on_config(config, **kwargs):
         if items:
             nav.append({f"Ch{ch.number} {ch.title.split(' ')[0]}": items})
     nav += [{t: f} for t, f in (("정리 색인", "theorems.md"), ("문제 색인", "exercises.md"), ("계산기", "calculators.md"),
-                                 ("검증 방식", "verification.md"), ("참고문헌", "references.md")) if here(f)]
+                                 ("숨는 조건 τ*", "thresholds.md"), ("검증 방식", "verification.md"),
+                                 ("참고문헌", "references.md")) if here(f)]
     config["nav"] = nav
     if MATH_RENDER not in ("build", "browser"):
         raise PluginError(f"MATH_RENDER must be 'build' or 'browser', not {MATH_RENDER!r}")
