@@ -77,7 +77,7 @@ KIND_KO = {"definition": "정의", "theorem": "정리", "lemma": "보조정리",
 # matching the globs) plus the generated pages; links to pages left out are reported at INFO level
 # instead of failing the strict build. Never set in CI or `make build`.
 BOOK_ONLY = [g.strip() for g in os.environ.get("BOOK_ONLY", "").split(",") if g.strip()]
-_ALWAYS = {"index.md", "notation.md", "glossary.md", "theorems.md", "exercises.md", "verification.md", "thresholds.md", "references.md"}
+_ALWAYS = {"index.md", "notation.md", "glossary.md", "theorems.md", "exercises.md", "verification.md", "thresholds.md", "cheatsheet.md", "references.md"}
 
 
 def _selected(rel: str) -> bool:
@@ -286,7 +286,7 @@ def on_config(config, **kwargs):
         if items:
             nav.append({f"Ch{ch.number} {ch.title.split(' ')[0]}": items})
     nav += [{t: f} for t, f in (("정리 색인", "theorems.md"), ("문제 색인", "exercises.md"), ("계산기", "calculators.md"),
-                                 ("숨는 조건 τ*", "thresholds.md"), ("검증 방식", "verification.md"),
+                                 ("요약 카드", "cheatsheet.md"), ("숨는 조건 τ*", "thresholds.md"), ("검증 방식", "verification.md"),
                                  ("참고문헌", "references.md")) if here(f)]
     config["nav"] = nav
     if MATH_RENDER not in ("build", "browser"):
@@ -468,7 +468,7 @@ def _mark_dirty_pages(files, config) -> None:
     """`mkdocs serve --dirty` (make serve) rebuilds only pages whose file is newer than its HTML. A page
     also counts as changed when its cells would run again (a snippet, results file or version changed),
     a lab when its notebook was executed again; the generated pages always are (they read every page)."""
-    generated = {"index.md", "theorems.md", "references.md", "notation.md", "glossary.md", "exercises.md"}
+    generated = {"index.md", "theorems.md", "references.md", "notation.md", "glossary.md", "exercises.md", "cheatsheet.md"}
     for f in files.documentation_pages():
         changed = f.src_uri in generated
         if not changed and f.src_uri.endswith("lab.py"):
@@ -687,8 +687,33 @@ def _exercise_index() -> str:
     return "\n".join(out)
 
 
+PINNED = re.compile(r"^## 📌[^\n]*\n(.*?)(?=^## |\Z)", re.S | re.M)
+MD_LINK_TARGET = re.compile(r"\]\((?!https?:|#)([^)\s]+)\)")
+
+
+def _cheatsheets() -> str:
+    """One cheat-sheet per chapter: every page's 📌 핵심 정리 section, as the page has it (so the two cannot
+    drift), under the page's title; links rewritten for the cheat-sheet's place at the site root."""
+    import posixpath
+
+    out = []
+    for ch in book.CHAPTERS:
+        out.append(f"## Chapter {ch.number}: {ch.title}\n")
+        for d in ch.docs:
+            if not d.written:
+                continue
+            m = PINNED.search((book.DOCS / d.path).read_text(encoding="utf-8"))
+            if not m:
+                raise PluginError(f"{d.path}: no 📌 section for the cheat-sheet")
+            body = MD_LINK_TARGET.sub(lambda l: "](" + posixpath.normpath(posixpath.join(ch.folder, l.group(1))) + ")",
+                                      m.group(1).strip())
+            out.append(f"### [{book.key(d)} {d.title}]({d.path})\n\n{body}\n")
+    return "\n".join(out)
+
+
 GENERATED = {
     "<!-- book:chapter-map -->": _chapter_map,
+    "<!-- book:cheatsheets -->": _cheatsheets,
     "<!-- book:tour -->": _tour,
     "<!-- book:exercise-index -->": _exercise_index,
     "<!-- book:glossary -->": _glossary,

@@ -46,3 +46,16 @@ def test_every_exercise_and_figure_is_linkable_and_indexed(built_site):
         ids = [fid for _, fid in figures]
         assert len(ids) == len(set(ids)), (d.path, ids)
     assert n_ex >= 3 * len(book.written_docs())
+
+
+def test_cheatsheets_carry_every_pages_summary_with_working_links():
+    """요약 카드: each page's 📌 section, unchanged but for links, under a link to the page; every relative link
+    in it names a page that exists (the links were rewritten for the site root)."""
+    md = hooks._cheatsheets()
+    for d in book.written_docs():
+        text = (book.DOCS / d.path).read_text(encoding="utf-8")
+        pinned = text.split("## 📌", 1)[1].split("\n## ", 1)[0].split("\n", 1)[1].strip()
+        first = next(line for line in pinned.splitlines() if line.strip() and "](" not in line)
+        assert f"]({d.path})" in md and first in md, d.path
+    for target in re.findall(r"\]\((?!https?:)([^)#\s]+)", md):
+        assert (book.DOCS / target).is_file(), target
