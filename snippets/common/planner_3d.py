@@ -287,6 +287,49 @@ def valid(model: Model, batch: Batch, d: int, t: int, p: int, assume: Assumption
     return v == 1 or p == 1 or (m % p == 0 and v * p <= model.layers)
 
 
+def rejection(model: Model, batch: Batch, d: int, t: int, p: int, assume: Assumptions,
+              max_t: int | None = None) -> str | None:
+    """Why `plan` leaves the layout (d, t, p) out: the first rule of `valid` it breaks (t > max_t first), as a
+    code, or None when `plan` keeps it. The codes: t_max, t_heads, t_kv, p_layers (p ∤ L, or p > L with uneven
+    stages), batch (d·b ∤ B), interleave_m (v > 1: m not a multiple of p), interleave_layers (v·p > L)."""
+    kv = model.kv_heads or model.heads
+    if max_t is not None and t > max_t:
+        return "t_max"
+    if model.heads % t:
+        return "t_heads"
+    if assume.shapes and kv % t and t % kv:
+        return "t_kv"
+    if (model.layers % p if not assume.uneven_stages else p > model.layers):
+        return "p_layers"
+    if batch.global_batch % (d * batch.micro_batch):
+        return "batch"
+    m = batch.global_batch // (d * batch.micro_batch)
+    v = assume.interleave
+    if v > 1 and p > 1 and m % p:
+        return "interleave_m"
+    if v > 1 and p > 1 and v * p > model.layers:
+        return "interleave_layers"
+    return None
+
+
+def dropped_pipeline_degrees(model: Model, cluster: Cluster, batch: Batch, max_t: int | None = None,
+                             assume: Assumptions = Assumptions()) -> list[dict]:
+    """The pipeline degrees p (divisors of N) for which `plan` keeps no layout at all, each with the reasons
+    (`rejection` codes, sorted; t_max only when nothing else) its factorisations were left out for: what the
+    planner page says it dropped."""
+    max_t = max_t or cluster.gpus_per_node
+    by_p: dict[int, set] = {}
+    kept: set[int] = set()
+    for d, t, p in factorisations(cluster.gpus):
+        why = rejection(model, batch, d, t, p, assume, max_t)
+        if why is None:
+            kept.add(p)
+        else:
+            by_p.setdefault(p, set()).add(why)
+    # a degree also dropped for another reason is reported for that one: a t within the node would not save it
+    return [{"p": p, "reasons": sorted(by_p[p] - {"t_max"} or by_p[p])} for p in sorted(by_p) if p not in kept]
+
+
 # --8<-- [start:plan]
 def plan(model: Model, cluster: Cluster, batch: Batch, zero_stage: int = 1,
          recompute: str = "selective", max_t: int | None = None, assume: Assumptions = Assumptions()) -> list[dict]:

@@ -3,7 +3,7 @@
 // A number matches when |js − py| ≤ 1e-9·max(1, |py|) (floating-point rounding, nothing more).
 import { readFileSync } from "node:fs";
 import { memoryEstimate } from "../../docs/assets/calc/memory.js";
-import { closedFormRelative, simulate, summary } from "../../docs/assets/calc/pipeline.js";
+import { closedFormRelative, pipelineView, simulate, summary } from "../../docs/assets/calc/pipeline.js";
 
 const vec = JSON.parse(readFileSync(process.argv[2], "utf8"));
 const mismatches = [];
@@ -34,8 +34,16 @@ vec.pipeline.forEach((c, i) => {
   s.actions = ranks.map(acts => acts.map(a => [a.op, a.mb, a.chunk, a.stage, a.start, a.end]));
   same(c.out, s, `pipeline[${i}](${schedule},p=${p},m=${m},v=${v})`);
 });
+(vec.pipeline_view || []).forEach((c, i) => {
+  const { schedule, p, m, v, t_f, t_b, t_w, t_comm } = c.in;
+  same(c.out, pipelineView(schedule, p, m, v, t_f, t_b, t_w, t_comm).out, `pipeline_view[${i}](${schedule})`);
+});
 if (vec.planner) {
   const { plan } = await import("../../docs/assets/calc/planner.js");
   vec.planner.forEach((c, i) => same(c.out, plan(c.in), `planner[${i}]`));
+}
+if (vec.planner_dropped) {
+  const { droppedPipelineDegrees } = await import("../../docs/assets/calc/planner.js");
+  vec.planner_dropped.forEach((c, i) => same(c.out, droppedPipelineDegrees(c.in), `planner_dropped[${i}]`));
 }
 process.stdout.write(JSON.stringify({ checked, mismatches: mismatches.slice(0, 20), n_mismatches: mismatches.length }) + "\n");

@@ -156,3 +156,26 @@ export function closedFormRelative(schedule, p, m, v, tComm) {
   if (!["gpipe", "1f1b", "interleaved"].includes(schedule) || tComm !== 0) return null;
   return (p - 1) / ((schedule === "interleaved" ? v : 1) * m);
 }
+
+// pipeline_sim's peak in-flight closed forms (Ch4), used by the memory calculator.
+export const oneFOneBPeakInflight = (p, m, rank) => Math.min(p - rank, m);
+export const gpipePeakInflight = (p, m) => m;
+export const interleavedPeakChunks = (p, m, v, rank = 0) => Math.min(2 * (p - 1 - rank) + (v - 1) * p + 1, m * v);
+
+// calc.py:pipeline_view: the calculator's inputs as the reader means them. tF, tB: forward and whole backward
+// (input-grad + weight-grad) of one micro-batch through one rank's L/p layers; tW: the weight-grad part of tB,
+// split off only by ZB-H1 / ZB-V. A rank with v chunks (interleaved, looped BFS; ZB-V 2) runs each in 1/v of the time.
+export function viewTimes(schedule, v, tF, tB, tW) {
+  const split = SPLIT_BACKWARD.has(schedule);
+  const chunks = schedule === "zbv" ? 2 : ["interleaved", "looped_bfs"].includes(schedule) ? v : 1;
+  const [bIn, w] = split ? [tB - tW, tW] : [tB, 0];
+  return { chunks, chunk_t: [tF / chunks, bIn / chunks, w / chunks] };
+}
+
+export function pipelineView(schedule, p, m, v, tF, tB, tW, tComm) {
+  const { chunks, chunk_t } = viewTimes(schedule, v, tF, tB, tW);
+  const ranks = simulate(schedule, p, m, v, chunk_t[0], chunk_t[1], chunk_t[2], tComm);
+  const s = summary(ranks, schedule);
+  s.closed_relative = closedFormRelative(schedule, p, m, v, tComm);
+  return { ranks, out: { ...s, chunks, chunk_t } };
+}

@@ -38,7 +38,7 @@ function layerFlops(model, b, A) {
   if (!A.shapes) return layerFlopsLegacy(b, s, h);
   return 3.0 * (2 * b * s * layerParams(model, A) + 4 * b * s * s * h);
 }
-function layerActivationBytes(model, b, t, recompute, A) {
+export function layerActivationBytes(model, b, t, recompute, A) {
   const s = model.seq, h = model.hidden, a = model.heads, sbh = s * b * h;
   if (recompute === "full") return 2.0 * sbh;
   if (!A.shapes) return layerBytes(s, b, h, a, { t, sp: t > 1, recompute });
@@ -137,4 +137,32 @@ export function plan({ model, cluster, batch, zero_stage = 1, recompute = "selec
   }
   return rows.map((r, i) => [r, i]).sort((x, y) => (x[0].fits === y[0].fits ? x[0].step_s - y[0].step_s : x[0].fits ? -1 : 1) || x[1] - y[1])
     .map(x => x[0]);
+}
+
+// planner_3d.rejection: the first rule of valid() a layout breaks (t > max_t first), or null when plan() keeps it.
+export function rejection(model, batch, d, t, p, assume = ASSUMPTIONS, maxT = null) {
+  const A = { ...ASSUMPTIONS, ...assume }, kv = model.kv_heads || model.heads;
+  if (maxT !== null && t > maxT) return "t_max";
+  if (model.heads % t) return "t_heads";
+  if (A.shapes && kv % t && t % kv) return "t_kv";
+  if (A.uneven_stages ? p > model.layers : model.layers % p) return "p_layers";
+  if (batch.global_batch % (d * batch.micro_batch)) return "batch";
+  const m = Math.floor(batch.global_batch / (d * batch.micro_batch)), v = A.interleave;
+  if (v > 1 && p > 1 && m % p) return "interleave_m";
+  if (v > 1 && p > 1 && v * p > model.layers) return "interleave_layers";
+  return null;
+}
+
+// planner_3d.dropped_pipeline_degrees: the p values with no layout left, and the reasons (t_max only when alone).
+export function droppedPipelineDegrees({ model, cluster, batch, max_t = null, assume = ASSUMPTIONS }) {
+  const maxT = max_t || cluster.gpus_per_node, byP = new Map(), kept = new Set();
+  for (const [d, t, p] of factorisations(cluster.gpus)) {
+    const why = rejection(model, batch, d, t, p, assume, maxT);
+    if (why === null) kept.add(p);
+    else { if (!byP.has(p)) byP.set(p, new Set()); byP.get(p).add(why); }
+  }
+  return [...byP.keys()].sort((x, y) => x - y).filter(p => !kept.has(p)).map(p => {
+    const all = byP.get(p), other = [...all].filter(r => r !== "t_max");
+    return { p, reasons: (other.length ? other : [...all]).sort() };
+  });
 }

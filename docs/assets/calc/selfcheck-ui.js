@@ -1,6 +1,6 @@
 // In-browser check: the served JavaScript recomputes the vectors Python embedded at build.
 import { memoryEstimate } from "./memory.js";
-import { closedFormRelative, simulate, summary } from "./pipeline.js";
+import { closedFormRelative, pipelineView, simulate, summary } from "./pipeline.js";
 
 function diff(py, js, path, bad) {
   if (typeof py === "number") {
@@ -24,11 +24,16 @@ export async function mount(root) {
     got.closed_relative = closedFormRelative(x.schedule, x.p, x.m, x.v, x.t_comm);
     diff(c.out, got, `pipeline[${i}]`, bad);
   });
+  (vec.pipeline_view || []).forEach((c, i) => {
+    const x = c.in;
+    diff(c.out, pipelineView(x.schedule, x.p, x.m, x.v, x.t_f, x.t_b, x.t_w, x.t_comm).out, `pipeline_view[${i}]`, bad);
+  });
   if (vec.planner) {
-    const { plan } = await import("./planner.js");
+    const { droppedPipelineDegrees, plan } = await import("./planner.js");
     vec.planner.forEach((c, i) => diff(c.out, plan(c.in), `planner[${i}]`, bad));
+    (vec.planner_dropped || []).forEach((c, i) => diff(c.out, droppedPipelineDegrees(c.in), `planner_dropped[${i}]`, bad));
   }
-  const n = vec.memory.length + vec.pipeline.length + (vec.planner ? vec.planner.length : 0);
+  const n = ["memory", "pipeline", "pipeline_view", "planner", "planner_dropped"].reduce((s, k) => s + (vec[k] ? vec[k].length : 0), 0);
   root.dataset.checked = String(n);
   root.dataset.mismatches = String(bad.length);
   out.className = bad.length ? "calc-bad" : "calc-ok";
