@@ -1,17 +1,22 @@
 // The pipeline schedule visualiser (Ch4): Gantt chart drawn client-side from pipeline.js's simulator.
-import { closedFormRelative, simulate, summary, SPLIT_BACKWARD } from "./pipeline.js";
-import { Form, h, fmt, pct } from "./ui.js";
+import { pipelineView, SPLIT_BACKWARD } from "./pipeline.js";
+import { Form, errorLine, h, fmt, pct, scrollBox } from "./ui.js";
 
 const NAMES = { naive: "naive (micro-batch 없음)", gpipe: "GPipe", "1f1b": "1F1B (PipeDream-Flush)",
   interleaved: "interleaved 1F1B (Megatron)", looped_bfs: "looped BFS", zb_h1: "ZB-H1", zbv: "ZB-V" };
+// Times are per micro-batch through one rank's L/p layers (the unit of 1F1B), whatever the schedule: a rank with
+// v chunks runs each chunk in 1/v of them (calc.py:pipeline_view), so equal inputs compare the same model.
 const SPECS = [
   { key: "schedule", label: "schedule", kind: "select", def: "1f1b", options: Object.entries(NAMES) },
   { key: "p", label: "pipeline 랭크 p", kind: "int", def: 4, min: 1, max: 32 },
   { key: "m", label: "micro-batch m", kind: "int", def: 8, min: 1, max: 128 },
   { key: "v", label: "랭크당 chunk v", kind: "int", def: 2, min: 1, max: 8, help: "interleaved, looped BFS 만 사용 (ZB-V 는 2 고정)" },
-  { key: "t_f", label: "T_F (forward)", kind: "num", def: 1, min: 0.001, max: 1000 },
-  { key: "t_b", label: "T_B (backward)", kind: "num", def: 1, min: 0.001, max: 1000 },
-  { key: "t_w", label: "T_W (weight grad)", kind: "num", def: 1, min: 0, max: 1000, help: "ZB 계열이 아니면 backward 에 합쳐짐" },
+  { key: "t_f", label: "forward 시간 T_F", kind: "num", def: 1, min: 0.001, max: 1000,
+    help: "micro-batch 하나가 한 랭크의 레이어 (L/p 개) 를 지나는 forward 시간" },
+  { key: "t_bwd", label: "backward 시간 T_B (input-grad + weight-grad 합)", kind: "num", def: 2, min: 0.001, max: 1000,
+    help: "같은 레이어의 backward 전체. 흔히 forward 의 2 배" },
+  { key: "t_w", label: "그중 weight-grad 시간 T_W (ZB 계열만 분리)", kind: "num", def: 1, min: 0, max: 1000,
+    help: "ZB-H1, ZB-V 는 backward 를 input-grad (T_B − T_W) 와 weight-grad (T_W) 로 나눠 배치합니다. 다른 schedule 은 T_B 를 한 덩어리로 씁니다" },
   { key: "t_comm", label: "랭크 간 전송 시간", kind: "num", def: 0, min: 0, max: 1000 },
 ];
 const COL = { F: "#4C72B0", B: "#DD8452", W: "#55A868" };
@@ -24,36 +29,41 @@ export function mount(root) {
 
   function render() {
     const [v, errs] = form.read();
+    const split = !errs.schedule && SPLIT_BACKWARD.has(v.schedule);
     if (!errs.m && !errs.p && v.schedule === "interleaved" && v.m % v.p)
       errs.m = `interleaved 1F1B 는 m 이 p = ${v.p} 의 배수여야 합니다`;
     if (!errs.m && !errs.p && v.schedule !== "naive" && v.m * v.p * (v.schedule === "zbv" ? 2 : ["interleaved", "looped_bfs"].includes(v.schedule) ? v.v : 1) > 4096)
       errs.m = "그리기에는 너무 큽니다: p·m·v ≤ 4096";
+    if (split && !errs.t_w && !errs.t_bwd && v.t_w >= v.t_bwd)
+      errs.t_w = `T_W 는 T_B = ${v.t_bwd} 보다 작아야 합니다 (input-grad 시간 T_B − T_W > 0)`;
     form.show(errs);
     out.replaceChildren();
-    if (Object.keys(errs).length) {
-      out.append(h("p", { class: "calc-error", text: "입력을 고치면 결과가 나옵니다: " +
-        Object.keys(errs).map(k => SPECS.find(s => s.key === k).label).join(", ") }));
-      return;
-    }
-    const ranks = simulate(v.schedule, v.p, v.m, v.v, v.t_f, v.t_b, v.t_w, v.t_comm), s = summary(ranks, v.schedule);
-    const split = SPLIT_BACKWARD.has(v.schedule);
+    if (Object.keys(errs).length) { out.append(errorLine(SPECS, errs)); return; }
+    const { ranks, out: s } = pipelineView(v.schedule, v.p, v.m, v.v, v.t_f, v.t_bwd, v.t_w, v.t_comm);
     const tbl = h("table", { class: "calc-table" });
     tbl.append(h("thead", {}, h("tr", {}, ...["rank", "busy", "idle", split ? "최대 in-flight (B 까지 / W 까지)" : "최대 in-flight"].map(t => h("th", { text: t })))));
     const body = h("tbody");
     ranks.forEach((_, r) => body.append(h("tr", { "data-rank": r }, h("td", { text: String(r) }), h("td", { text: fmt(s.busy[r], 3) }),
       h("td", { text: fmt(s.makespan - s.busy[r], 3) }), h("td", { class: "calc-inflight", text: split ? `${s.inflight[r]} / ${s.inflight_w[r]}` : String(s.inflight[r]) }))));
     tbl.append(body);
+    const [cf, cb, cw] = s.chunk_t;
+    const unit = s.chunks > 1
+      ? `한 랭크의 레이어를 chunk ${s.chunks} 개로 나누므로 chunk 하나는 forward ${fmt(cf, 3)}, ` +
+        (split ? `input-grad ${fmt(cb, 3)}, weight-grad ${fmt(cw, 3)}` : `backward ${fmt(cb, 3)}`) + ` (입력한 시간의 1/${s.chunks}). `
+      : split ? `backward T_B = ${fmt(v.t_bwd, 3)} 를 input-grad ${fmt(cb, 3)} 와 weight-grad ${fmt(cw, 3)} 로 나눠 배치합니다. `
+        : `backward 는 T_B = ${fmt(v.t_bwd, 3)} 한 덩어리 (weight-grad 를 나누지 않음). `;
     out.append(gantt(ranks, s.makespan, v),
+      h("p", { class: "calc-note", "data-out": "units", text: "시간 단위: micro-batch 하나가 한 랭크의 레이어 (L/p 개) 를 지나는 시간 (1F1B 의 stage 단위). " + unit }),
       h("dl", { class: "calc-summary" },
         h("dt", { text: "makespan (한 step)" }), h("dd", { "data-out": "makespan", text: fmt(s.makespan, 3) }),
         h("dt", { text: "bubble, 전체 시간 대비 (GPipe 의 정의)" }), h("dd", { "data-out": "bubble_fraction", text: pct(s.bubble_fraction) }),
         h("dt", { text: "bubble, 이상적 시간 대비 (Megatron 의 정의)" }), h("dd", { "data-out": "bubble_relative", text: pct(s.bubble_relative) })),
-      tbl,
+      scrollBox(tbl),
       h("p", { class: "calc-note", "data-out": "inflight_stage",
         text: `stage 별 최대 in-flight micro-batch (stage 0 부터, ${s.inflight_stage.length}개): ${s.inflight_stage.join(", ")}` }),
       ...closedLine(v, s),
       h("p", { class: "calc-note", text: "in-flight: 한 랭크가 forward 를 시작했지만 backward 가 끝나지 않은 (micro-batch, chunk) 의 최대 개수. " +
-        "시간 단위는 입력한 T 값과 같습니다. 시뮬레이터는 Ch4 의 pipeline_sim.simulate 와 같은 규칙입니다." }));
+        "시뮬레이터는 Ch4 의 pipeline_sim.simulate 와 같은 규칙입니다." }));
   }
   render();
 }
@@ -94,7 +104,7 @@ function gantt(ranks, makespan, v) {
 }
 
 function closedLine(v, s) {
-  const rel = closedFormRelative(v.schedule, v.p, v.m, v.v, v.t_comm);
+  const rel = s.closed_relative;
   if (rel === null) return [];
   const vv = v.schedule === "interleaved" ? "v·" : "";
   return [h("p", { class: "calc-note", "data-out": "closed_relative", "data-value": String(rel),

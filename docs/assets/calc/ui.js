@@ -26,14 +26,24 @@ export class Form {
     this.root = root; this.prefix = prefix; this.onChange = onChange; this.inputs = {};
     this.specs = specs.map(sp => (sp.key in defs ? { ...sp, def: defs[sp.key] } : sp));
     const q = new URLSearchParams(location.search);
-    const grid = h("div", { class: "calc-grid" });
+    const grids = new Map();  // one fieldset per spec.group, in order of first appearance
+    const gridOf = name => {
+      if (!grids.has(name)) {
+        const grid = h("div", { class: "calc-grid" });
+        grids.set(name, grid);
+        root.append(name ? h("fieldset", { class: "calc-group" }, h("legend", { text: name }), grid) : grid);
+      }
+      return grids.get(name);
+    };
     for (const sp of this.specs) {
+      if ((sp.kind === "int" || sp.kind === "num") && (sp.min === undefined || sp.max === undefined))
+        throw new Error(`field ${sp.key}: a number needs both min and max`);  // every input is bounded
       const id = `calc-${prefix}-${sp.key}-${++uid}`, msg = h("span", { class: "calc-msg", id: id + "-msg", "aria-live": "polite" });
       let input;
       const given = q.get(`${prefix}.${sp.key}`);
       if (sp.kind === "select") {
         input = h("select", { id, name: sp.key });
-        for (const [v, lab] of sp.options) input.append(h("option", { value: v, text: lab }));
+        for (const [v, lab, off] of sp.options) input.append(h("option", { value: v, text: lab, disabled: off ? "" : undefined }));
         input.value = given ?? String(sp.def);
         if (given !== null && input.value !== given) { input.dataset.bad = given; input.value = String(sp.def); }
       } else if (sp.kind === "check") {
@@ -51,9 +61,9 @@ export class Form {
       this.inputs[sp.key] = input;
       const lab = h("label", { for: id, text: sp.label });
       if (sp.help) lab.title = sp.help;
-      grid.append(h("div", { class: "calc-field" + (sp.kind === "check" ? " calc-check" : "") }, lab, input, msg));
+      if (sp.kind === "int" || sp.kind === "num") lab.title = (sp.help ? sp.help + " · " : "") + `허용 범위 ${fmtBound(sp.min)} – ${fmtBound(sp.max)}`;
+      gridOf(sp.group || "").append(h("div", { class: "calc-field" + (sp.kind === "check" ? " calc-check" : ""), "data-key": sp.key }, lab, input, msg));
     }
-    root.append(grid);
   }
 
   // Returns [values, errors]: errors maps key -> Korean message.
@@ -70,8 +80,8 @@ export class Form {
       const x = parseNumber(el.value);
       if (!Number.isFinite(x)) errs[sp.key] = "숫자를 입력하세요 (예: 8, 2048, 7e9, 70B)";
       else if (sp.kind === "int" && !Number.isInteger(x)) errs[sp.key] = "정수를 입력하세요";
-      else if (sp.min !== undefined && x < sp.min) errs[sp.key] = `${sp.min} 이상이어야 합니다`;
-      else if (sp.max !== undefined && x > sp.max) errs[sp.key] = `${sp.max} 이하여야 합니다`;
+      else if (x < sp.min || x > sp.max) errs[sp.key] = `${fmtBound(sp.min)} 이상 ${fmtBound(sp.max)} 이하여야 합니다` +
+        (x > sp.max ? ` (입력 ${fmtBound(x)})` : "");
       else vals[sp.key] = x;
     }
     return [vals, errs];
@@ -110,6 +120,39 @@ export class Form {
     }
     this.update(true);
   }
+}
+
+// A bound as a reader reads it: 10¹⁴ for a power of ten from 10⁶ up, 65,536 otherwise.
+const SUP = { "0": "⁰", "1": "¹", "2": "²", "3": "³", "4": "⁴", "5": "⁵", "6": "⁶", "7": "⁷", "8": "⁸", "9": "⁹", "-": "⁻" };
+export function fmtBound(x) {
+  if (!Number.isFinite(x)) return String(x);
+  const e = Math.round(Math.log10(Math.abs(x)));
+  if (Math.abs(x) >= 1e6 && Math.abs(x / 10 ** e - 1) < 1e-12) return (x < 0 ? "−" : "") + "10" + String(e).replace(/./g, c => SUP[c]);
+  if (Math.abs(x) >= 1e6) return x.toExponential(3).replace(/\.?0+e/, "e").replace("e+", "e");
+  return x.toLocaleString("en-US", { maximumFractionDigits: 6 });
+}
+
+// A wide table in a horizontal scroller; on a narrow screen a visible hint says that it scrolls (and how much
+// is hidden), kept current as the width changes.
+export function scrollBox(table) {
+  const hint = h("p", { class: "calc-scroll-hint", "aria-hidden": "true", text: "표가 화면보다 넓습니다: 옆으로 밀어 나머지 열을 보세요 →" });
+  const box = h("div", { class: "calc-scroll", tabindex: "0", role: "region", "aria-label": "가로로 스크롤되는 표" }, table);
+  const wrap = h("div", { class: "calc-scroll-wrap" }, hint, box);
+  const update = () => {
+    const over = box.scrollWidth > box.clientWidth + 1;
+    wrap.dataset.overflow = String(over);
+    wrap.dataset.atEnd = String(box.scrollLeft + box.clientWidth >= box.scrollWidth - 1);
+  };
+  box.addEventListener("scroll", update, { passive: true });
+  if (typeof ResizeObserver !== "undefined") new ResizeObserver(update).observe(box);
+  requestAnimationFrame(update);
+  return wrap;
+}
+
+// The message above the results when any field is refused: which fields, by their labels.
+export function errorLine(specs, errs) {
+  return h("p", { class: "calc-error", text: "입력을 고치면 결과가 나옵니다: " +
+    Object.keys(errs).map(k => (specs.find(s => s.key === k) || { label: k }).label).join(", ") });
 }
 
 export function fmtBytes(x) {
