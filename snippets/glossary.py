@@ -4,7 +4,9 @@ One list, three uses: the glossary page (docs/glossary.md, generated from TERMS 
 index (scripts/hooks.py adds to each indexed section the Korean forms of the English terms it uses, so that "버블"
 finds the pages that say "bubble"), and the consistency check (tests/test_glossary.py). Each term: the spelling
 the book uses, the Korean reading(s) a reader may type (the first is the one the book prefers in Korean prose),
-and a one-line gloss. A spelling variant (all-reduce, AllReduce, allreduce) is matched by `pattern`.
+and a one-line gloss. A spelling variant (all-reduce, AllReduce, allreduce) is matched by `pattern`. The book's prose writes
+the collectives as the syllabus does (AllReduce, AllGather, ReduceScatter, AllToAll; API names such as `all_reduce` in code) and
+keeps English technical terms in English (parameter, not 파라미터): tests/test_glossary.py holds the pages to it.
 """
 from __future__ import annotations
 
@@ -31,11 +33,11 @@ def _t(en: str, ko: str, gloss: str, also: tuple[str, ...] = ()) -> Term:
 
 TERMS: tuple[Term, ...] = (
     # collectives and networks (Ch1)
-    _t("collective", "집합 통신, 콜렉티브", "모든 rank 가 함께 부르는 통신 연산 (all-reduce, all-gather …)"),
-    _t("all-reduce", "올리듀스, 전체 합산", "모든 rank 의 값을 합쳐 모두에게 돌려주는 collective", ("allreduce",)),
-    _t("all-gather", "올개더, 전체 수집", "rank 마다의 조각을 모아 모두에게 전체를 돌려주는 collective", ("allgather",)),
-    _t("reduce-scatter", "리듀스 스캐터", "합친 결과를 조각으로 나눠 rank 마다 한 조각씩 주는 collective", ("reducescatter",)),
-    _t("all-to-all", "올투올", "rank 마다 다른 조각을 다른 rank 에게 보내는 collective (MoE dispatch)", ("alltoall",)),
+    _t("collective", "집합 통신, 콜렉티브", "모든 rank 가 함께 부르는 통신 연산 (AllReduce, AllGather …)"),
+    _t("AllReduce", "올리듀스, 전체 합산", "모든 rank 의 값을 합쳐 모두에게 돌려주는 collective", ("all-reduce",)),
+    _t("AllGather", "올개더, 전체 수집", "rank 마다의 조각을 모아 모두에게 전체를 돌려주는 collective", ("all-gather",)),
+    _t("ReduceScatter", "리듀스 스캐터", "합친 결과를 조각으로 나눠 rank 마다 한 조각씩 주는 collective", ("reduce-scatter",)),
+    _t("AllToAll", "올투올", "rank 마다 다른 조각을 다른 rank 에게 보내는 collective (MoE dispatch)", ("all-to-all",)),
     _t("broadcast", "브로드캐스트, 방송", "한 rank 의 값을 모든 rank 에게 보내기"),
     _t("rank", "랭크, 프로세스 번호", "분산 실행에서 process 하나의 번호 (0 … N−1)"),
     _t("ring", "링, 고리", "rank 를 원으로 이어 이웃에게만 보내는 collective 알고리즘"),

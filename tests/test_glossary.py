@@ -3,6 +3,7 @@ and the Korean forms that the search index gains (scripts/hooks.py)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from snippets import book, glossary
@@ -24,9 +25,9 @@ def test_terms_are_listed_once_with_distinct_anchors():
 def test_spellings_match_the_ways_the_pages_write_them():
     by = {t.en: t for t in glossary.TERMS}
     for text in ("AllReduce", "all-reduce", "all_reduce", "allreduce", "All Reduce"):
-        assert glossary.pattern(by["all-reduce"]).search(text), text
+        assert glossary.pattern(by["AllReduce"]).search(text), text
     for text in ("overall-reducer", "reduce-scatter"):
-        assert not glossary.pattern(by["all-reduce"]).search(text), text
+        assert not glossary.pattern(by["AllReduce"]).search(text), text
     assert glossary.count(by["micro-batch"], "micro-batch 4 개, microbatch, Micro-Batch") == 3
     assert [t.en for t in glossary.terms_in("the pipeline bubble")] == ["pipeline", "bubble"]
     # a form the text already has is not added again; each form once
@@ -45,3 +46,32 @@ def test_search_index_carries_the_korean_forms_and_the_glossary_page_lists_every
     html = (site / "glossary" / "index.html").read_text(encoding="utf-8")
     for t in glossary.TERMS:
         assert f'id="{t.anchor}"' in html and t.ko[0] in html, t.en
+
+
+# One spelling per term in the prose (GUIDE: one Korean/English choice per term, the glossary as the reference).
+# Code, inline code, math, link targets, HTML and headings (their anchors are published) are left alone.
+NOT_PROSE = re.compile(r"`[^`]*`|\]\([^)]*\)|\$\$[^$]*\$\$|\$[^$\n]*\$|<[^>]+>|\{[#:][^}]*\}")
+OFF_SPELLINGS = re.compile(r"(?<![\w`/.-])(?:[Aa]ll-reduce|[Aa]ll-gather|[Rr]educe-scatter|[Aa]ll-to-all)(?![\w-])|파라미터")
+
+
+def _prose_lines(text: str):
+    fence = None
+    for n, line in enumerate(text.splitlines(), 1):
+        s = line.lstrip()
+        if fence:
+            fence = None if s.startswith(fence) else fence
+            continue
+        if s.startswith(("```", "~~~")):
+            fence = s[:3]
+            continue
+        if s.startswith(("#", "attrs:", "--8<--")):
+            continue
+        yield n, NOT_PROSE.sub(" ", line)
+
+
+@pytest.mark.parametrize("path", sorted(PAGES) + ["index.md", "notation.md", "calculators.md", "thresholds.md",
+                                                  "verification.md"])
+def test_pages_use_one_spelling_per_term(path):
+    text = (book.DOCS / path).read_text(encoding="utf-8")
+    off = [(n, m.group(0)) for n, line in _prose_lines(text) for m in OFF_SPELLINGS.finditer(line)]
+    assert not off, f"{path}: write AllReduce / AllGather / ReduceScatter / AllToAll and parameter: {off[:8]}"
