@@ -315,8 +315,8 @@ def rejection(model: Model, batch: Batch, d: int, t: int, p: int, assume: Assump
 def dropped_pipeline_degrees(model: Model, cluster: Cluster, batch: Batch, max_t: int | None = None,
                              assume: Assumptions = Assumptions()) -> list[dict]:
     """The pipeline degrees p (divisors of N) for which `plan` keeps no layout at all, each with the reasons
-    (`rejection` codes, sorted; t_max only when nothing else) its factorisations were left out for: what the
-    planner page says it dropped."""
+    (`rejection` codes, sorted) its factorisations were left out for: only p_layers when p itself breaks the layer
+    rule, t_max only when nothing else does. What the planner page says it dropped."""
     max_t = max_t or cluster.gpus_per_node
     by_p: dict[int, set] = {}
     kept: set[int] = set()
@@ -326,8 +326,11 @@ def dropped_pipeline_degrees(model: Model, cluster: Cluster, batch: Batch, max_t
             kept.add(p)
         else:
             by_p.setdefault(p, set()).add(why)
-    # a degree also dropped for another reason is reported for that one: a t within the node would not save it
-    return [{"p": p, "reasons": sorted(by_p[p] - {"t_max"} or by_p[p])} for p in sorted(by_p) if p not in kept]
+    def main(codes: set) -> list[str]:
+        if "p_layers" in codes:       # p ∤ L rules out every (d, t): the one reason that belongs to p itself
+            return ["p_layers"]
+        return sorted(codes - {"t_max"} or codes)   # a t within the node would not save it either
+    return [{"p": p, "reasons": main(by_p[p])} for p in sorted(by_p) if p not in kept]
 
 
 # --8<-- [start:plan]

@@ -46,6 +46,16 @@ const REASONS = {
   interleave_m: () => "interleave: m 이 p 의 배수가 아님",
   interleave_layers: v => `interleave: v·p > L = ${v.layers}`,
 };
+// [[reason text, [p, …]], …]: the dropped degrees that share a reason, named once.
+function groupByReason(dropped, v) {
+  const groups = new Map();
+  for (const x of dropped) {
+    const why = x.reasons.map(c => REASONS[c](v, v.uneven)).join("; ");
+    if (!groups.has(why)) groups.set(why, []);
+    groups.get(why).push(x.p);
+  }
+  return [...groups];
+}
 const PLANNER_PRESETS = ["llama2_70b", "llama3_8b", "llama3_70b", "llama3_405b"];
 const FROM_PRESET = { psi: "psi", layers: "layers", h: "hidden", a: "heads", s: "seq", ffn: "ffn", kv_heads: "kv_heads",
   vocab: "vocab", swiglu: "swiglu" };
@@ -89,7 +99,7 @@ export function mount(root) {
     const droppedLine = dropped.length ? [h("p", { class: "calc-note calc-dropped", "data-out": "dropped",
       "data-p": dropped.map(x => x.p).join(","),
       text: `제외한 pipeline 차수 (N = ${v.gpus} 의 약수 중 배치가 하나도 남지 않은 p): ` +
-        dropped.map(x => `p = ${x.p} (${x.reasons.map(c => REASONS[c](v, v.uneven)).join("; ")})`).join(", ") +
+        groupByReason(dropped, v).map(([why, ps]) => `p = ${ps.join(", ")} (${why})`).join("; ") +
         (dropped.some(x => x.reasons.includes("p_layers")) && !v.uneven ? ". \"p ∤ L 허용\" 을 켜면 stage 당 ⌈L/p⌉ 레이어로 셉니다." : ".") })] : [];
     if (!rows.length) {
       out.append(h("p", { class: "calc-error", text: "가능한 배치가 없습니다: t 가 head 수를, p 가 레이어 수를, d·b 가 B 를 나누는 d·t·p = N 이 없습니다." }), ...droppedLine);

@@ -163,6 +163,7 @@ export function droppedPipelineDegrees({ model, cluster, batch, max_t = null, as
   }
   return [...byP.keys()].sort((x, y) => x - y).filter(p => !kept.has(p)).map(p => {
     const all = byP.get(p), other = [...all].filter(r => r !== "t_max");
+    if (all.has("p_layers")) return { p, reasons: ["p_layers"] };  // p ∤ L rules out every (d, t)
     return { p, reasons: (other.length ? other : [...all]).sort() };
   });
 }
