@@ -114,7 +114,7 @@ export function mount(root) {
     out.append(h("p", { class: "calc-verdict " + (r.fits ? "calc-ok" : "calc-bad"), "data-fits": String(r.fits), "data-rank": String(r.rank), text: verdict }),
       bar(r, cap * GIB), scrollBox(tbl), ...extras,
       h("p", { class: "calc-note", text: `모델 상태: rank 하나의 parameter (ψ − 2Vh)/p + embedding (첫 rank) 또는 LM head (마지막 rank), 그 1/t 을 ` +
-        `N = ${v.n} 랭크가 ZeRO stage ${v.stage} 로 나눔. 임베딩과 LM head 는 따로 (tie 하지 않은) 셉니다. ZeRO-3 의 일시적 all-gather buffer, ` +
+        `N = ${v.n} 랭크가 ZeRO stage ${v.stage} 로 나눔. embedding 과 LM head 는 따로 (tie 하지 않은) 셉니다. ZeRO-3 의 일시적 all-gather buffer, ` +
         "NCCL buffer, allocator 여유분은 빠져 있으므로 \"들어갑니다\" 는 그 여유를 따로 확인해야 합니다. 용량과 판정은 GiB (2³⁰ B), GB = 10⁹ B." }));
   }
   render();
