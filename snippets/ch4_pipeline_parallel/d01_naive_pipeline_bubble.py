@@ -163,7 +163,8 @@ def crossing_gaps(e: dict) -> dict:
 
 def hop_tab(plat) -> str:
     """Experiment 4's measured part on one hardware: T − ΣT_busy,r, its three parts (forward hop, the last rank's
-    F → B turn, backward hop) and their mean, the T_hop that Theorem 4.1.6 would attribute to one crossing."""
+    F → B turn, backward hop) and their sum over the 2(p−1) crossings (the turn is no crossing but is charged to
+    them), the T_hop that Theorem 4.1.6 would attribute to one crossing."""
     run = the_run(plat)
     if run is None:
         return missing(plat)
@@ -180,7 +181,7 @@ def hop_tab(plat) -> str:
         spread.append(f"{v} {max(parts) / min(parts):.1f} 배 (가장 긴 조각: "
                       f"{'backward hop' if max(parts) in g['bwd'] else 'forward hop' if max(parts) in g['fwd'] else 'F→B'})")
     return (results.markdown_table(["변형", "T − ΣT_busy,r (ms)", "forward hop F→F (ms)", "마지막 rank 의 F→B (ms)",
-                                   "backward hop B→B (ms)", "평균 T_hop = 합 / 2(p−1) (ms)"], rows)
+                                   "backward hop B→B (ms)", "T_hop = 세 조각의 합 / 2(p−1) (ms)"], rows)
             + "\n\n가장 긴 조각 / 가장 짧은 조각: " + ", ".join(spread))
 
 

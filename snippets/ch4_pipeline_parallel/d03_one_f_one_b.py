@@ -134,22 +134,34 @@ def pipedream_weight_versions(p: int) -> dict:
 
 # --------------------------------------------------------------------------- per-hardware tabs (plumbing)
 
-def hop_rows(run) -> list[list]:
-    """Experiment 2's gap, computed: the simulator fed with each run's own mean T_F, T_B and the boundary time T_hop
-    estimated from the m = 1 run (Ch4-02 실험 2: T − ΣT_busy = 2(p−1)T_hop), for both schedules at every shared m."""
+def hop_values(run) -> tuple[list[dict], float]:
+    """Experiment 2's gap, computed and left unrounded: the simulator fed with each run's own mean T_F, T_B and the
+    boundary time T_hop estimated from the m = 1 run (Ch4-02 실험 2: T − ΣT_busy = 2(p−1)T_hop), for both schedules
+    at every shared m, with the measured 𝓑_tot and GPipe's spread (max − min) of 𝓑_tot over its measured steps."""
     from snippets.ch4_pipeline_parallel import d02_gpipe_microbatching as d02
 
     delta = d02.hop_estimate(next(e for e in entries(run, "gpipe") if e["m"] == 1))
     g, o = ({e["m"]: e for e in entries(run, s)} for s in ("gpipe", "1f1b"))
-    rows = []
+    out = []
     for m in sorted(set(g) & set(o)):
-        cells = [m]
+        row = {"m": m}
         for e, sched in ((g[m], "gpipe"), (o[m], "1f1b")):
             t = d02.op_means(e)
             pr = ps.simulate(sched, len(e["timeline"]), m, t_f=t["F"], t_b=t["B"], t_w=0.0, t_comm=delta)
-            cells += [f"{ps.measured_bubbles(ps.measured_rows(e))['fraction']:.3f}", f"{pr.bubble_fraction():.3f}"]
-        rows.append(cells)
-    return rows, delta
+            row[sched] = ps.measured_bubbles(ps.measured_rows(e))["fraction"]
+            row[sched + "_pred"] = pr.bubble_fraction()
+        fr = [st["bubble_fraction"] for st in g[m]["step_stats"]]
+        row["gap"] = row["1f1b"] - row["gpipe"]  # measured 1F1B − GPipe
+        row["spread"] = max(fr) - min(fr)
+        row["error"] = row["1f1b_pred"] - row["1f1b"]  # the model's error on 1F1B
+        out.append(row)
+    return out, delta
+
+
+def hop_rows(run) -> tuple[list[list], float]:
+    """The prediction table: measured and predicted 𝓑_tot of both schedules per m (formatted only here)."""
+    vals, delta = hop_values(run)
+    return [[v["m"]] + [f"{v[k]:.3f}" for k in ("gpipe", "gpipe_pred", "1f1b", "1f1b_pred")] for v in vals], delta
 
 
 def message_waits(e: dict) -> list[float]:
@@ -170,38 +182,34 @@ def message_waits(e: dict) -> list[float]:
 
 def gap_rows(run) -> list[list]:
     """Per shared m: the measured 1F1B − GPipe 𝓑_tot, the spread (max − min) of GPipe's 𝓑_tot over the measured
-    steps, and the T_hop model's error on 1F1B (predicted − measured)."""
-    rows, _ = hop_rows(run)
-    g = {e["m"]: e for e in entries(run, "gpipe")}
-    out = []
-    for r in rows:
-        fr = [st["bubble_fraction"] for st in g[r[0]]["step_stats"]]
-        out.append([r[0], f"{float(r[3]) - float(r[1]):+.3f}", f"{max(fr) - min(fr):.3f}", f"{float(r[4]) - float(r[3]):+.3f}"])
-    return out
+    steps, and the T_hop model's error on 1F1B (predicted − measured), each from unrounded values."""
+    return [[v["m"], f"{v['gap']:+.3f}", f"{v['spread']:.3f}", f"{v['error']:+.3f}"] for v in hop_values(run)[0]]
 
 
 def hop_reading(run) -> str:
     """Experiment 2's reading, computed from the results file: does the T_hop model get the direction, and the size?"""
     from snippets.ch4_pipeline_parallel import d01_naive_pipeline_bubble as d01
 
-    rows, delta = hop_rows(run)
-    gaps = gap_rows(run)
-    same = sum((float(r[3]) > float(r[1])) == (float(r[4]) > float(r[2])) for r in rows)
-    below = sum(abs(float(g[1])) < float(g[2]) for g in gaps)
-    err = [abs(float(g[3])) for g in gaps]
-    diff = [abs(float(g[1])) for g in gaps]
+    vals, delta = hop_values(run)
+    same = sum((v["1f1b"] > v["gpipe"]) == (v["1f1b_pred"] > v["gpipe_pred"]) for v in vals)
+    below = sum(abs(v["gap"]) < v["spread"] for v in vals)
+    err = [abs(v["error"]) for v in vals]
+    diff = [abs(v["gap"]) for v in vals]
+    ratio = max(e / max(d, 1e-9) for e, d in zip(err, diff))
     naive = d01.crossing_gaps(next(e for e in entries(run, "gpipe") if e["m"] == 1))
+    p = run.params["p"]
     m_all = run.params["m_all"]
     waits = message_waits(next(e for e in entries(run, "1f1b") if e["m"] == m_all))
-    return (f"방향: T_hop = {delta * 1e3:.2f} ms 를 넣은 시뮬레이터는 {len(rows)} 개의 m 중 {same} 개에서 측정과 같은 쪽 (어느 schedule 의 "
-            f"𝓑_tot 가 큰지) 을 예측합니다. 크기: 측정된 1F1B − GPipe 차이 ({min(diff):.3f}–{max(diff):.3f}) 는 {len(gaps)} 개의 m 중 "
+    ms = lambda xs: " / ".join(f"{x * 1e3:.2f}" for x in xs)  # noqa: E731
+    return (f"방향: T_hop = {delta * 1e3:.2f} ms 를 넣은 시뮬레이터는 {len(vals)} 개의 m 중 {same} 개에서 측정과 같은 쪽 (어느 schedule 의 "
+            f"𝓑_tot 가 큰지) 을 예측합니다. 크기: 측정된 1F1B − GPipe 차이 ({min(diff):.3f}–{max(diff):.3f}) 는 {len(vals)} 개의 m 중 "
             f"{below} 개에서 GPipe 자신의 step 사이 흔들림보다 작고, 모델의 1F1B 오차 ({min(err):.3f}–{max(err):.3f}) 는 같은 m 의 그 차이의 "
-            f"최대 {max(e / max(d, 1e-9) for e, d in zip(err, diff)):.1f} 배입니다. "
-            + ("그러니 이 모델은 차이의 크기를 설명하지 못합니다. " if max(e / max(d, 1e-9) for e, d in zip(err, diff)) > 1
-               else "모델의 오차가 차이보다 작습니다. ")
+            f"최대 {ratio:.1f} 배입니다. "
+            + ("그러니 이 모델은 차이의 크기를 설명하지 못합니다. " if ratio > 1 else "모델의 오차가 차이보다 작습니다. ")
             + f"이유 하나는 입력인 "
-            f"T_hop 자체입니다: m = 1 실행의 {delta * 1e3:.2f} ms 는 forward hop {naive['fwd'][0] * 1e3:.2f} ms, F→B 전환 "
-            f"{naive['turn'] * 1e3:.2f} ms, backward hop {naive['bwd'][0] * 1e3:.2f} ms 의 평균이고 ([Ch4-01 실험 4](01-naive-pipeline-bubble.md)), "
+            f"T_hop 자체입니다: m = 1 실행의 {delta * 1e3:.2f} ms 는 forward hop {ms(naive['fwd'])} ms, 마지막 rank 의 F→B 전환 "
+            f"{naive['turn'] * 1e3:.2f} ms, backward hop {ms(naive['bwd'])} ms 의 합을 경계 통과 수 2(p−1) = {2 * (p - 1)} 로 나눈 값이고 "
+            f"(F→B 전환은 경계 통과가 아니지만 이 값에 들어갑니다; [Ch4-01 실험 4](01-naive-pipeline-bubble.md)), "
             f"m = {m_all} 의 1F1B 실행에서 rank 가 다른 rank 의 결과를 기다린 간격은 {min(waits) * 1e3:.2f}–{max(waits) * 1e3:.2f} ms 입니다. "
             "구조적인 이유는 남습니다: 1F1B 의 steady state 에서는 rank 0 이 B 를 하려면 rank 1 의 B 를, rank 1 이 F 를 하려면 rank 0 의 F 를 "
             "기다리므로 경계의 왕복이 F/B 한 쌍마다 critical path 위에 놓이고, GPipe 는 forward 를 모두 먼저 흘려 보내 그 왕복을 가립니다.")
