@@ -86,15 +86,18 @@ lab.show(figures.svg(fig), "hand_written")
 # ## 2. 같은 모델을 `torch.distributed.pipelining` 으로
 #
 # `library_worker` 는 같은 stage 모듈로 `PipelineStage` 를 만들고 `ScheduleGPipe` 또는 `Schedule1F1B` 를 돌립니다. Stage 의
-# `forward_one_chunk` / `backward_one_chunk` 를 감싸 호출 시각을 기록하고, 손으로 쓴 버전과 같은 시간만큼 잠듭니다. 첫 step 은
-# `PipelineStage` 가 처음 불릴 때 하는 준비 (shape 추론, buffer 할당 같은 lazy setup) 를 함께 치르므로, 기록하되 따로 두고 (cold step),
-# 그 뒤 `lab.STEPS` 개의 step 중 makespan 이 median 인 step (warm step) 을 분석에 씁니다.
+# `forward_one_chunk` / `backward_one_chunk` 를 감싸 호출 시각을 기록하고, 손으로 쓴 버전과 같은 시간만큼 잠듭니다. 첫 호출의 시작부터
+# 마지막 호출의 끝까지 (**기록 구간**) 가 아래에서 bubble 을 재는 구간입니다.
+#
+# `PipelineStage` 의 준비 (shape 추론, buffer 할당) 는 torch 2.13 에서 `step` 이 시작하자마자, 첫 `forward_one_chunk` *보다 먼저*
+# 돕니다 (schedule 의 `_initialize_stage`; 두 번째 step 부터는 바로 돌아옵니다). 그러니 기록 구간에는 그 준비가 들어가지 않습니다.
+# 그래서 worker 는 `sched.step` 호출 전체의 시작과 끝, 그리고 준비 함수 안에서 보낸 시간도 잽니다. 첫 step (cold step) 은 기록하되
+# 따로 두고, 그 뒤 `lab.STEPS` 개의 step 중 기록 구간이 median 인 step (warm step) 을 분석에 씁니다. 두 step 의 비교는 3 절 끝에 있습니다.
 
 # %%
 print(inspect.getsource(lab.library_worker))
 raw = {s: lab.run(lab.library_worker, s) for s in ("gpipe", "1f1b")}
 library = {s: lab.warm_median(ranks) for s, ranks in raw.items()}  # the median warm step
-cold = {s: [{**r, "events": r["steps"][0]} for r in ranks] for s, ranks in raw.items()}  # the first step
 for s in ("gpipe", "1f1b"):
     hand = [[(a["op"], a["mb"]) for a in acts] for acts in lab.rows(manual[s])]
     lib = [[(a["op"], a["mb"]) for a in acts] for acts in lab.rows(library[s])]
@@ -125,23 +128,23 @@ for label, runs in (("library", library),):
               f"{g['with_durations'] - g['formula']:+.3f}, 경계의 몫 {g['with_hops'] - g['with_durations']:+.3f}. "
               f"입력이 이미 와 있는데도 같은 rank 의 두 호출 사이가 빈 시간 (schedule 자신의 처리와 core 를 기다린 시간) 합 "
               f"{g['own'] * 1e3:.1f} ms = 총 rank 시간의 {g['own_share']:.3f}")
+        print("   → 읽기: " + lab.gap_reading(g))
 
 # %% [markdown]
-# 읽는 법: 마지막 항 (입력이 준비된 뒤에도 rank 가 다음 호출을 시작하지 않은 시간) 은 "남은 몫" 의 한 부분입니다 (위 줄의 두 숫자를
-# 비교하세요). 한 rank 의 빈 시간은 그만큼 bubble 로 세어지고, 그것이 상대 rank 의 입력을 늦추면 상대 rank 에서 한 번 더 세어집니다. 경계 하나에 $T_\text{hop}$ 가 걸리면 파이프를 채우고 비우는 사슬에 $2(p-1)$ 번 더해지고 (Ch4-01 정리 4.1.6), 1F1B 의 steady
+# 읽는 법: 마지막 항 (입력이 준비된 뒤에도 rank 가 다음 호출을 시작하지 않은 시간) 은 "남은 몫" 의 한 부분입니다 (각 "읽기" 줄이 두
+# 숫자를 비교합니다). 한 rank 의 빈 시간은 그만큼 bubble 로 세어지고, 그것이 상대 rank 의 입력을 늦추면 상대 rank 에서 한 번 더 세어집니다. 경계 하나에 $T_\text{hop}$ 가 걸리면 파이프를 채우고 비우는 사슬에 $2(p-1)$ 번 더해지고 (Ch4-01 정리 4.1.6), 1F1B 의 steady
 # state 에서는 쌍마다 끼어들 수 있습니다. 남은 몫이 크면 그 실행은 호출마다의 흔들림이나 core 를 나눠 쓴 영향이 컸다는 뜻이고, 실행마다 달라집니다.
 #
-# 위 분해는 warm step 의 것입니다. 첫 step (cold) 은 무엇이 다를까요? 아래 셀이 두 step 의 잰 op 시간을 잠든 시간 (forward `SLEEP`,
-# backward `2·SLEEP`) 과, 측정된 bubble 을 나란히 적습니다. 잰 op 시간에서 잠든 시간을 뺀 나머지가 호출 자체의 비용 (첫 호출의 준비,
-# 계산, OS 의 깨우기 지연) 입니다.
+# 위 분해는 warm step 의 것입니다. 첫 step (cold) 은 무엇이 다를까요? 준비가 기록 구간 *앞에서* 돈다면, cold step 의 bubble 이 더
+# 클 이유가 있을까요? 아래 셀이 두 step 을 세 가지로 잽니다: `sched.step` 호출 전체 (처음 들어간 rank 부터 마지막으로 나온 rank 까지),
+# 그것을 나눈 세 조각 (첫 기록 호출 전, 기록 구간, 마지막 호출 뒤), 그리고 준비 함수 안의 시간. 잰 op 시간에서 잠든 시간 (forward
+# `SLEEP`, backward `2·SLEEP`) 을 뺀 나머지는 호출 자체의 비용 (계산, OS 의 깨우기 지연) 입니다. 각 "읽기" 줄은 그 숫자에서 나옵니다.
 
 # %%
-for s in library:
-    w, c = lab.gap_parts(library[s], s), lab.gap_parts(cold[s], s)
-    print(f"[library {s}] 잠든 시간 T_F {lab.SLEEP * 1e3:.1f} ms, T_B {2 * lab.SLEEP * 1e3:.1f} ms; "
-          f"cold step: 잰 T_F {c['t_f'] * 1e3:.1f} ms, T_B {c['t_b'] * 1e3:.1f} ms, 𝓑_tot {c['measured']:.3f} (남은 몫 {c['rest']:+.3f}); "
-          f"warm step (median of {lab.STEPS}): 잰 T_F {w['t_f'] * 1e3:.1f} ms, T_B {w['t_b'] * 1e3:.1f} ms, 𝓑_tot {w['measured']:.3f} "
-          f"(남은 몫 {w['rest']:+.3f})")
+for s in raw:
+    d = lab.cold_warm(raw[s], s)
+    print(f"[library {s}] 잠든 시간 T_F {lab.SLEEP * 1e3:.1f} ms, T_B {2 * lab.SLEEP * 1e3:.1f} ms; warm = median of {lab.STEPS}. "
+          + lab.cold_warm_reading(d))
 
 # %%
 fig, axes = figures.new(7.5, 3.2, nrows=2, squeeze=False)

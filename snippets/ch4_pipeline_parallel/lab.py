@@ -27,7 +27,7 @@ PRELOAD = ("torch.distributed.pipelining",)
 
 D, ROWS, M, LAYERS = 32, 8, 4, 4
 SLEEP = 0.004  # seconds added to each forward (twice to each backward): makes the schedule visible on a busy CPU
-STEPS = 3  # timed steps of the library schedules, after one untimed warm-up step (the first step pays lazy setup)
+STEPS = 3  # warm steps of the library schedules, after the first (cold) step, which is recorded too
 
 
 def make_model(seed: int = 0) -> nn.Sequential:
@@ -132,9 +132,11 @@ def manual_worker(rank: int, world: int, store: str, outdir: str, schedule: str)
 
 # --8<-- [start:library]
 def library_worker(rank: int, world: int, store: str, outdir: str, schedule: str):
-    """The same model and data with torch.distributed.pipelining's ScheduleGPipe / Schedule1F1B: one cold step
-    (the first, which pays PipelineStage's lazy setup and first-call costs), then STEPS warm steps, each recorded;
-    gradients from the last step (zeroed before every step)."""
+    """The same model and data with torch.distributed.pipelining's ScheduleGPipe / Schedule1F1B: one cold step (the
+    first), then STEPS warm steps. Per step it records the chunk calls (op, micro-batch, start, end), the whole
+    sched.step call (start, end) and the time spent in the schedule's stage setup, which torch 2.13 runs at the top of
+    every step (_initialize_stage: shape inference and buffers on the first step, an early return after that) before
+    the first chunk call. Gradients from the last step (zeroed before every step)."""
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
     _init(rank, world, store)
@@ -153,19 +155,31 @@ def library_worker(rank: int, world: int, store: str, outdir: str, schedule: str
         setattr(stage, name, timed)
     cls = ScheduleGPipe if schedule == "gpipe" else Schedule1F1B
     sched = cls(stage, n_microbatches=M, loss_fn=nn.functional.mse_loss)
+    setup = []
+    init = sched._initialize_stage  # torch 2.13's name (schedules.py:726)
+
+    def timed_init(*a, **k):
+        t0 = time.perf_counter()
+        out = init(*a, **k)
+        setup.append(time.perf_counter() - t0)
+        return out
+    sched._initialize_stage = timed_init
     x, y = data()
-    steps = []
+    steps, calls = [], []
     for _ in range(1 + STEPS):
         mod.zero_grad()
         events.clear()
+        setup.clear()
         dist.barrier()
+        t0 = time.perf_counter()
         if rank == 0:
             sched.step(x)
         else:
             sched.step(target=y)
+        calls.append([t0, time.perf_counter(), sum(setup)])  # the whole step call, and the setup inside it
         steps.append(list(events))
     grads = torch.cat([p.grad.reshape(-1) for p in mod.parameters()]).tolist()
-    _dump(outdir, rank, {"steps": steps, "events": steps[0], "grads": grads})
+    _dump(outdir, rank, {"steps": steps, "calls": calls, "events": steps[0], "grads": grads})
     dist.destroy_process_group()
 # --8<-- [end:library]
 
@@ -222,6 +236,19 @@ def step_span(ranks: list[dict], k: int) -> float:
     """Makespan of recorded step k over all ranks (first call start to last call end)."""
     ev = [e for r in ranks for e in r["steps"][k]]
     return max(e[3] for e in ev) - min(e[2] for e in ev)
+
+
+def step_walls(ranks: list[dict], k: int) -> dict:
+    """Step k of a library run timed as the whole sched.step call, from the first rank entering it to the last rank
+    leaving it: wall = before (until the first recorded chunk call starts) + window (the recorded calls, what the
+    bubble is measured on) + after (from the last call's end); setup = the longest time a rank spent in the stage
+    setup, which runs inside `before`."""
+    call = [r["calls"][k] for r in ranks]
+    ev = [e for r in ranks for e in r["steps"][k]]
+    t_in, t_out = min(c[0] for c in call), max(c[1] for c in call)
+    first, last = min(e[2] for e in ev), max(e[3] for e in ev)
+    return {"wall": t_out - t_in, "before": first - t_in, "window": last - first, "after": t_out - last,
+            "setup": max(c[2] for c in call)}
 
 
 def warm_median(ranks: list[dict]) -> list[dict]:
@@ -288,3 +315,60 @@ def gap_parts(ranks: list[dict], schedule: str) -> dict:
     span = ps.measured_bubbles(rws)["makespan"]
     return {"own": own, "own_share": own / (p * span), "formula": float(ps.gpipe_bubble_fraction(p, M)), "with_durations": dur, "with_hops": hops,
             "measured": measured, "rest": measured - hops, "hop": hop, "t_f": tf, "t_b": tb}
+
+
+def gap_reading(g: dict) -> str:
+    """The lab's reading of one gap_parts decomposition, from its numbers: which part is largest, and how much of the
+    rest the rank-time spent idle with its inputs already there (the schedule's own work, the shared cores) covers."""
+    parts = {"op 시간": g["with_durations"] - g["formula"], "경계 T_hop": g["with_hops"] - g["with_durations"],
+             "남은 몫": g["rest"]}
+    big = max(parts, key=lambda k: abs(parts[k]))
+    text = (f"측정 − 공식 = {g['measured'] - g['formula']:+.3f} 가운데 가장 큰 몫은 {big} ({parts[big]:+.3f}) 입니다. ")
+    if g["rest"] <= 0:
+        return text + "남은 몫이 0 이하이므로, 잰 op 시간과 T_hop 을 넣은 시뮬레이터가 이 실행의 bubble 을 다 설명합니다."
+    share = g["own_share"] / g["rest"]
+    return text + (f"입력이 와 있는데도 쉰 시간 ({g['own_share']:.3f}) 은 남은 몫 ({g['rest']:+.3f}) 의 {share:.0%} 이므로, "
+                   + ("남은 몫의 대부분은 schedule 자신의 처리와 core 를 기다린 시간입니다."
+                      if share >= 0.5 else "남은 몫의 나머지는 호출마다 다른 op 길이와 그것이 만든 기다림입니다."))
+
+
+def cold_warm(ranks: list[dict], schedule: str) -> dict:
+    """The cold step (step 0) against the median warm step of a library run: both timed by step_walls, their bubbles
+    over the recorded window, mean F, and the range of the recorded window over the warm steps (their own jitter)."""
+    warm = warm_median(ranks)
+    k = warm[0]["step"]
+    windows = [step_walls(ranks, j)["window"] for j in range(1, len(ranks[0]["steps"]))]
+    gc = gap_parts([{**r, "events": r["steps"][0]} for r in ranks], schedule)
+    gw = gap_parts(warm, schedule)
+    return {"cold": step_walls(ranks, 0), "warm": step_walls(ranks, k), "jitter": max(windows) - min(windows),
+            "bubble_cold": gc["measured"], "bubble_warm": gw["measured"], "t_f_cold": gc["t_f"], "t_f_warm": gw["t_f"]}
+
+
+def cold_warm_reading(d: dict) -> str:
+    """Where the cold step's extra time lies, printed from cold_warm's numbers (ms)."""
+    c, w = d["cold"], d["warm"]
+    diff = {k: (c[k] - w[k]) * 1e3 for k in ("wall", "before", "window", "after")}
+    line = (f"sched.step 전체: cold {c['wall'] * 1e3:.1f} ms, warm {w['wall'] * 1e3:.1f} ms (차이 {diff['wall']:+.1f} ms) "
+            f"= 첫 기록 호출 전 {diff['before']:+.1f} + 기록 구간 {diff['window']:+.1f} + 마지막 호출 뒤 {diff['after']:+.1f} ms. "
+            f"Stage 준비 (_initialize_stage) 안의 시간: cold {c['setup'] * 1e3:.1f} ms, warm {w['setup'] * 1e3:.2f} ms.\n   → 읽기: ")
+    out = diff["before"] + diff["after"]
+    outside = diff["wall"] > 0 and out >= 0.8 * diff["wall"]
+    if diff["wall"] > 0:
+        line += (f"cold step 이 더 걸린 {diff['wall']:.1f} ms 중 기록 구간 밖 (앞뒤 합) 이 {out:+.1f} ms, 기록 구간 안이 "
+                 f"{diff['window']:+.1f} ms 입니다. 첫 호출 전의 차이는 {diff['before']:+.1f} ms, 준비 함수 안의 시간 차이는 "
+                 f"{(c['setup'] - w['setup']) * 1e3:+.1f} ms 입니다. ")
+    else:
+        line += "이번에는 cold step 의 전체 시간이 warm 보다 길지 않습니다. "
+    inside = abs(diff["window"]) <= d["jitter"] * 1e3
+    line += (f"기록 구간의 차이는 warm step 끼리의 기록 구간 범위 ({d['jitter'] * 1e3:.1f} ms) "
+             + ("안에 있어 흔들림과 구별되지 않습니다. " if inside else "보다 큽니다. ")
+             + f"기록 구간으로 잰 𝓑_tot 는 cold {d['bubble_cold']:.3f}, warm {d['bubble_warm']:.3f} 로 cold 가 "
+             + ("더 작습니다" if d["bubble_cold"] < d["bubble_warm"] else "더 큽니다")
+             + f" (잰 T_F cold {d['t_f_cold'] * 1e3:.1f} ms, warm {d['t_f_warm'] * 1e3:.1f} ms). ")
+    if outside and inside:
+        line += "그러니 첫 step 의 준비 비용은 이 bubble 에 들어가지 않고 step 전체 시간에서만 보입니다."
+    elif diff["window"] > 0 and not inside:
+        line += "이번 실행에서는 cold step 이 기록 구간 안에서도 더 걸렸습니다: 준비 함수 밖의 첫 호출 비용이나 흔들림입니다."
+    else:
+        line += "이번 실행에서는 준비 비용이 기록 구간 밖에 모이지 않았습니다."
+    return line

@@ -14,8 +14,13 @@ def test_hand_written_schedule_matches_reference_library_and_theorems(schedule):
     raw = lab.run(lab.library_worker, schedule)
     assert all(len(r["steps"]) == 1 + lab.STEPS for r in raw)  # one cold step, then the warm ones
     lib = lab.warm_median(raw)
-    spans = sorted(lab.step_span(raw, k) for k in range(1, 1 + lab.STEPS))
-    assert lab.step_span(raw, lib[0]["step"]) == spans[len(spans) // 2] and lib[0]["step"] >= 1
+    # the warm step chosen is the median of the warm steps by recorded window, computed here per rank from the raw
+    # [op, mb, start, end] lists and then combined (not through step_span)
+    window = {k: max(max(e[3] for e in r["steps"][k]) for r in raw) - min(min(e[2] for e in r["steps"][k]) for r in raw)
+              for k in range(1 + lab.STEPS)}
+    warm = sorted(range(1, 1 + lab.STEPS), key=window.get)
+    assert lib[0]["step"] == warm[len(warm) // 2]
+    _check_cold_warm(raw, schedule, window)
     assert lab.max_grad_error(hand, ref) < 1e-6
     assert lab.max_grad_error(lib, ref) < 1e-6  # gradients of the last step, zeroed before it: one step's worth
     order = lambda ranks: [[(a["op"], a["mb"]) for a in acts] for acts in lab.rows(ranks)]  # noqa: E731
@@ -48,6 +53,35 @@ def test_hand_written_schedule_matches_reference_library_and_theorems(schedule):
     assert gap["with_hops"] <= gap["measured"] + 0.05  # the simulator with this run's hop does not over-explain it
 
 
+def _check_cold_warm(raw: list[dict], schedule: str, window: dict) -> None:
+    """The lab's cold-versus-warm claims against the raw per-rank records: on every rank and step, the recorded calls
+    lie inside that rank's sched.step call, and the stage setup fits in the time before the rank's first recorded
+    call (it runs before the timed window); the setup takes longer in the cold step than in any warm one (it returns
+    early after the first); step_walls' three parts add up to the whole call; the printed reading carries these
+    numbers."""
+    for r in raw:
+        for k, (t_in, t_out, setup) in enumerate(r["calls"]):
+            ev = r["steps"][k]
+            first, last = min(e[2] for e in ev), max(e[3] for e in ev)
+            assert t_in <= first and last <= t_out
+            assert 0 <= setup <= first - t_in + 1e-9
+        assert all(r["calls"][0][2] > c[2] for c in r["calls"][1:])
+    for k in range(1 + lab.STEPS):
+        wall = max(r["calls"][k][1] for r in raw) - min(r["calls"][k][0] for r in raw)
+        parts = lab.step_walls(raw, k)
+        assert parts["wall"] == pytest.approx(wall, abs=1e-12) and parts["window"] == pytest.approx(window[k], abs=1e-12)
+        assert parts["before"] + parts["window"] + parts["after"] == pytest.approx(wall, abs=1e-12)
+        assert min(parts["before"], parts["after"]) >= 0
+    d = lab.cold_warm(raw, schedule)
+    k = lab.warm_median(raw)[0]["step"]
+    walls = [max(r["calls"][j][1] for r in raw) - min(r["calls"][j][0] for r in raw) for j in (0, k)]
+    text = lab.cold_warm_reading(d)
+    assert f"cold {walls[0] * 1e3:.1f} ms, warm {walls[1] * 1e3:.1f} ms (차이 {(walls[0] - walls[1]) * 1e3:+.1f} ms)" in text
+    jitter = max(window[j] for j in range(1, 1 + lab.STEPS)) - min(window[j] for j in range(1, 1 + lab.STEPS))
+    assert f"기록 구간 범위 ({jitter * 1e3:.1f} ms)" in text
+    assert ("흔들림과 구별되지 않습니다" in text) == (abs(window[0] - window[k]) <= jitter)
+
+
 def test_the_lab_runs_as_a_plain_script(tmp_path):
     """A reader who downloads docs/ch4-pipeline-parallel/lab.py runs `python lab.py`: it must not stop in
     multiprocessing's "bootstrapping phase" error (a worker re-running the script), must print each cell's
@@ -66,6 +100,7 @@ def test_the_lab_runs_as_a_plain_script(tmp_path):
     assert "bootstrapping" not in out.stderr
     assert out.stdout.count("| stage (= rank) 수 p = 2 |") == 1  # the first cell ran in this process only
     assert out.stdout.count("손으로 쓴 것과 같은 순서: True; 시뮬레이터와 같은 순서: True") == 2
+    assert out.stdout.count("sched.step 전체: cold ") == 2 and out.stdout.count("   → 읽기: ") == 4
     assert "rank 별 held 의 최댓값 = [4, 4] (정리의 예측: [4, 4])" in out.stdout
     assert "rank 별 held 의 최댓값 = [2, 1] (정리의 예측: [2, 1])" in out.stdout
     for name in ("hand_written", "library"):
