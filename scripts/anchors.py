@@ -3,7 +3,7 @@
     python scripts/anchors.py build/site     # rewrite scripts/published_anchors.json from a built site
 
 The file lists, for every page URL, the ids of its headings, of its definition/theorem blocks, and of its
-exercises (ex-…) and figures (fig-…).
+exercises (ex-…), figures (fig-…) and glossary terms (term-…).
 tests/site/test_build.py fails when a listed URL or anchor disappears from the build, and when the
 build has anchors the file does not list yet (run this script after adding a page or a heading).
 """
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PUBLISHED = ROOT / "scripts" / "published_anchors.json"
 HEADING = re.compile(r'<h[2-4] id="([^"]+)"')
 BLOCK = re.compile(r'<div class="admonition (?:definition|theorem|lemma|corollary)" id="([^"]+)"')
-LINKABLE = re.compile(r'<(?:a class="book-anchor"|figure class="book-figure") id="((?:ex|fig)-[^"]+)"')  # exercises, figures
+LINKABLE = re.compile(r'<(?:a class="book-anchor"|figure class="book-figure") id="((?:ex|fig|term)-[^"]+)"')  # exercises, figures, glossary terms
 
 
 def collect(site: Path) -> dict[str, list[str]]:

@@ -528,7 +528,9 @@ def _base_label(ref: dict) -> str:
     authors = ref["authors"]
     if "short" in ref:  # a group author ("Llama Team", "PyTorch contributors") names itself
         return f"{ref['short']} {ref['year']}"
-    if len(authors) == 1:
+    if authors[-1].strip() == "et al.":  # [First Author, et al.]: three or more authors
+        who = f"{authors[0].split()[-1]} et al."
+    elif len(authors) == 1:
         who = authors[0].split()[-1]
     elif len(authors) == 2:
         who = f"{authors[0].split()[-1]} & {authors[1].split()[-1]}"
@@ -659,12 +661,13 @@ def _glossary() -> str:
         counts = sorted(((glossary.count(term, txt), path) for path, txt in texts.items()), reverse=True)
         where = ", ".join(f"[{titles[path]}]({path})" for n, path in counts[:2] if n)
         also = f" ({', '.join(term.also)})" if term.also else ""
-        rows.append(f'| <a id="{term.anchor}"></a>**{term.en}**{also} | {", ".join(term.ko)} | {term.gloss} | {where} |')
+        rows.append(f'| <a class="book-anchor" id="{term.anchor}"></a>**{term.en}**{also} | {", ".join(term.ko)} | '
+                    f'{term.gloss} | {where} |')
     return "\n".join(rows) + "\n"
 
 
 def _exercise_index() -> str:
-    """Every exercise of every written page, by chapter: number, kind, its first words, and its anchor."""
+    """Every exercise of every written page, by chapter: its link, its kind (기초 / 심화 / 논문 비평), its page, its anchor."""
     out = []
     for ch in book.CHAPTERS:
         rows = []
@@ -673,15 +676,11 @@ def _exercise_index() -> str:
                 continue
             text = (book.DOCS / d.path).read_text(encoding="utf-8")
             for m in EXERCISE.finditer(text):
-                first = re.sub(r"\s+", " ", text[m.end():m.end() + 400]).strip()
-                first = re.sub(r"\$[^$]*\$|\[@[^\]]*\]|[*`]", "", first)  # no half formulas or citation keys
-                first = first[:60].rsplit(" ", 1)[0] + " …"
                 anchor = exercise_anchor(d.path, m.group(1))
-                rows.append(f"| [Ch{ch.number}-{d.number:02d} 문제 {m.group(1)}]({d.path}#{anchor}) | {m.group(2)} | "
-                            f"{first} | `#{anchor}` |")
+                rows.append(f"| [{book.key(d)} 문제 {m.group(1)}]({d.path}#{anchor}) | {m.group(2)} | {d.title} | `#{anchor}` |")
         if rows:
             out.append(f"## Chapter {ch.number}: {ch.title}\n")
-            out.append("| 문제 | 종류 | 시작 | anchor |\n|---|---|---|---|")
+            out.append("| 문제 | 종류 | 문서 | anchor |\n|---|---|---|---|")
             out += rows
             out.append("")
     return "\n".join(out)

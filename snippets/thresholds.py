@@ -3,9 +3,10 @@
 Every threshold comes from the page that derives it; this module only evaluates them under one set of stated
 assumptions (the A100-like GPU and the links that Ch5-04 and Ch5-06 assume) so that they can be read together:
 - data parallel's AllReduce against the backward (Ch1-04 τ*_AR, Ch5-04 Theorem 5.4.6),
-- ZeRO-3's gathers and reduce-scatters against forward and backward (Ch5-04 Theorem 5.4.6),
+- ZeRO-3's AllGathers and ReduceScatters against forward and backward (Ch5-04 Theorem 5.4.6),
 - ZeRO-Offload's PCIe transfers and CPU Adam against the step (Ch5-06 Theorem 5.6.5),
-- tensor parallel's all-reduces against the layer's GEMMs (Ch3-05 ρ(t)), which no token count changes,
+- tensor parallel's AllReduces against the layer's GEMMs (Ch3-05 ρ(t): added to the step unless the GEMMs are split to
+  overlap them), which no micro-batch size changes,
 - the pipeline's boundary send against the stage's forward (Ch4-01 experiment 5), which no token count changes either.
 """
 from __future__ import annotations
@@ -53,15 +54,15 @@ def rows() -> list[list]:
     """The table: what moves, behind what it can hide, and the threshold under the stated assumptions."""
     d = dp_zero3()
     return [
-        ["DP AllReduce (ZeRO-1/2 도 같은 bytes)", "backward", "τ ≥ τ*",
+        ["DP AllReduce", "backward", "τ ≥ τ*",
          f"{d['NVLink']['dp']:,.0f} / {d['InfiniBand']['dp']:,.0f} token", "Ch1-04, Ch5-04"],
         ["ZeRO-3 AllGather + ReduceScatter", "forward 와 backward", "τ ≥ τ₃*",
          f"{d['NVLink']['zero3']:,.0f} / {d['InfiniBand']['zero3']:,.0f} token", "Ch5-04"],
-        [f"ZeRO-Offload 의 PCIe + CPU Adam (N = {OFFLOAD_N})", "step 전체", "τ ≥ τ*",
+        [f"ZeRO-Offload 의 PCIe + CPU Adam (N = {OFFLOAD_N})", "step 전체 (update 를 한 step 늦출 때)", "τ ≥ τ*",
          f"{offload():,.0f} token", "Ch5-06"],
-        [f"TP all-reduce (t = {SHAPE['t']}, h = {SHAPE['h']})", "layer 의 GEMM", "ρ ≤ 1, τ 와 무관",
+        [f"TP AllReduce (t = {SHAPE['t']}, h = {SHAPE['h']})", "GEMM 을 쪼개 겹칠 때만", "겹침 없으면 step 에 ρ 가 더해짐",
          f"ρ = {tp_ratio(NVLINK):.2f} / {tp_ratio(IB):.2f}", "Ch3-05"],
-        [f"PP 경계 send (L/p = {SHAPE['layers_per_stage']})", "stage 의 forward", "비 ≤ 1, τ 와 무관",
+        [f"PP 경계 send (L/p = {SHAPE['layers_per_stage']})", "stage 의 forward", "비 ≤ 1, micro-batch 와 무관",
          f"{pp_ratio(NVLINK):.4f} / {pp_ratio(IB):.3f}", "Ch4-01"],
     ]
 
@@ -71,8 +72,10 @@ def curves(taus=None) -> dict[str, np.ndarray]:
     taus = np.logspace(1, 6, 11) if taus is None else np.asarray(taus, float)  # straight lines on log-log
     d = dp_zero3()
     return {"tau": taus,
-            "DP = ZeRO-3, NVLink": d["NVLink"]["zero3"] / taus,
-            "DP = ZeRO-3, InfiniBand": d["InfiniBand"]["zero3"] / taus,
+            "DP, NVLink": d["NVLink"]["dp"] / taus,
+            "ZeRO-3, NVLink": d["NVLink"]["zero3"] / taus,
+            "DP, InfiniBand": d["InfiniBand"]["dp"] / taus,
+            "ZeRO-3, InfiniBand": d["InfiniBand"]["zero3"] / taus,
             f"ZeRO-Offload, N = {OFFLOAD_N}": offload() / taus,
             "TP t = 8, NVLink": np.full_like(taus, tp_ratio(NVLINK)),
             "TP t = 8, InfiniBand": np.full_like(taus, tp_ratio(IB)),
@@ -83,13 +86,15 @@ def figure() -> str:
     c = curves()
     fig, ax = figures.new(7.2, 4.2)
     fig.subplots_adjust(left=0.11, right=0.98, bottom=0.13, top=0.97)
-    styles = {"DP = ZeRO-3, NVLink": "-", "DP = ZeRO-3, InfiniBand": "-", "TP t = 8, NVLink": "--",
-              "TP t = 8, InfiniBand": "--", "PP 경계, InfiniBand": ":"}
+    styles = {"DP, NVLink": dict(ls="-", lw=3, alpha=0.5), "ZeRO-3, NVLink": dict(ls="--", color="black"),
+              "DP, InfiniBand": dict(ls="-", lw=3, alpha=0.5), "ZeRO-3, InfiniBand": dict(ls="--", color="dimgray"),
+              f"ZeRO-Offload, N = {OFFLOAD_N}": dict(ls="-.", marker="o", markersize=3),
+              "TP t = 8, NVLink": dict(ls=":"), "TP t = 8, InfiniBand": dict(ls=":"), "PP 경계, InfiniBand": dict(ls=(0, (1, 3)))}
     for name, y in c.items():
         if name != "tau":
-            ax.loglog(c["tau"], y, styles.get(name, "-."), label=name)
+            ax.loglog(c["tau"], y, label=name, **styles.get(name, {}))
     ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.text(12, 1.15, "통신 = 계산 (이 선 아래에서 숨을 수 있음)", fontsize=8)
+    ax.text(12, 0.7, "1 아래: 통신이 계산보다 짧음", fontsize=8)
     ax.set_xlabel("τ: GPU 당 step 당 token")
     ax.set_ylabel("T_comm / T_compute")
     ax.legend(fontsize=7, loc="lower left")

@@ -1,7 +1,6 @@
 """숨는 조건 (docs/thresholds.md): each threshold recomputed by another route than the one the page calls."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from snippets import thresholds as th
 from snippets.ch4_pipeline_parallel import d01_naive_pipeline_bubble as pp
@@ -50,11 +49,11 @@ def test_tp_and_pp_ratios_do_not_depend_on_tokens():
     assert th.pp_ratio(th.IB) < 0.05
 
 
-def test_figure_lines_cross_one_at_the_thresholds():
+def test_figure_draws_every_line_and_readings_hold():
+    """The figure names every line (DP and ZeRO-3 separately, so the reader can see them coincide), and the page's
+    readings hold for the numbers: DP = ZeRO-3 per link, the cross-node factor is the bandwidth ratio."""
+    svg = th.figure()
+    for name in ("DP, NVLink", "ZeRO-3, NVLink", "DP, InfiniBand", "ZeRO-3, InfiniBand", "TP t = 8, NVLink", "PP 경계"):
+        assert name in svg, name
     d = th.dp_zero3()
-    c = th.curves([d["NVLink"]["zero3"], d["InfiniBand"]["zero3"], th.offload()])
-    assert c["DP = ZeRO-3, NVLink"][0] == pytest.approx(1.0)
-    assert c["DP = ZeRO-3, InfiniBand"][1] == pytest.approx(1.0)
-    assert c[f"ZeRO-Offload, N = {th.OFFLOAD_N}"][2] == pytest.approx(1.0)
-    assert np.ptp(c["TP t = 8, NVLink"]) == 0
-    assert "<svg" in th.figure()
+    assert d["InfiniBand"]["zero3"] / d["NVLink"]["zero3"] == pytest.approx(th.NVLINK / th.IB)
