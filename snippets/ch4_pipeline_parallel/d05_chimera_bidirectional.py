@@ -259,7 +259,7 @@ def chimera_wins(backward: float = 2.0) -> dict:
 # --------------------------------------------------------------------------- per-hardware tabs (plumbing)
 
 def zero_bubble_tab(plat) -> str:
-    """Experiment 2 on one hardware: the zero-bubble family beside 1F1B, their gradients, the Gantt chart."""
+    """Experiment 6 on one hardware: the zero-bubble family beside 1F1B, their gradients, the Gantt chart."""
     run = the_run(plat)
     if run is None:
         return missing(plat)
@@ -297,7 +297,7 @@ def chimera_gantt(p: int = 4, m: int = 4) -> str:
     return figures.svg(fig)
 
 
-# --------------------------------------------------------------------------- experiment 5: measured F / B / W
+# --------------------------------------------------------------------------- experiment 2: measured F / B / W
 
 ANATOMY = "step_anatomy"
 
@@ -323,7 +323,7 @@ def simulate_measured(fbw: dict, m: int) -> dict:
 
 
 def fbw_tab(plat) -> str:
-    """Experiment 5 on one hardware: the per-stage F / B / W times one device measured, the split's check, and
+    """Experiment 2 on one hardware: the per-stage F / B / W times one device measured, the split's check, and
     what the ZB-H1 simulator predicts with them (against 1F1B with the unsplit backward)."""
     run = plat.by_world.get(1)
     if run is None:

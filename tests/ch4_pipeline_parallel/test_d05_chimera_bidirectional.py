@@ -53,7 +53,7 @@ def _torch_ops(name: str, p: int, m: int, **kw):
 
 
 def test_zbv_bubble_memory_and_comm_against_torch_and_the_measurement():
-    """Experiment 3's table: the ZBV bubble is half of ZB-H1's closed form ((p−1)/(6m) against Theorem 4.5.5's
+    """Experiment 4's table: the ZBV bubble is half of ZB-H1's closed form ((p−1)/(6m) against Theorem 4.5.5's
     (p−1)/(3m)); its memory is the peak of torch's own ZBV table (2p chunks = pA) and, at p = 2, the weakref count of
     the committed run; the crossings are torch's SEND_F actions per micro-batch (ZBV and interleaved v = 2)."""
     kind = {"FORWARD": "F", "BACKWARD_INPUT": "B", "BACKWARD_WEIGHT": "W", "FULL_BACKWARD": "BW"}
@@ -80,7 +80,7 @@ def test_zbv_bubble_memory_and_comm_against_torch_and_the_measurement():
 
 
 def test_dualpipev_counts_are_torchs_schedule_object():
-    """Experiment 3: the overlapped pairs printed from the book's construction equal torch's ScheduleDualPipeV
+    """Experiment 4: the overlapped pairs printed from the book's construction equal torch's ScheduleDualPipeV
     pipeline_order (OVERLAP_F_B actions per rank, slots other than W), and the construction is torch's slot by slot."""
     kind = {"FORWARD": "F", "BACKWARD_INPUT": "B", "BACKWARD_WEIGHT": "W", "FULL_BACKWARD": "BW"}
     for row in page.dualpipev_rows():
@@ -103,7 +103,7 @@ def test_dualpipev_counts_are_torchs_schedule_object():
 
 @pytest.mark.parametrize("run", RUNS, ids=lambda r: r.hardware["id"])
 def test_live_activations_measured_by_weakref_equal_the_simulator(run):
-    """Experiment 2 (review WRONG 1) on every committed file: for every run of all seven torch schedules the
+    """Experiment 6 (review WRONG 1) on every committed file: for every run of all seven torch schedules the
     weakref count equals the simulator's in-flight count along the book's construction; the hook count is larger
     exactly for the split-backward schedules (the page's reading), and the page's sentence says so."""
     classes = set()
@@ -151,7 +151,7 @@ def test_measured_zero_bubble_runs(run):
 
 
 def test_theorem_457_steady_state_bubble():
-    """Theorem 4.5.6 and experiment 6: the several-step simulator against the one-step simulator (a second
+    """Theorem 4.5.6 and experiment 3: the several-step simulator against the one-step simulator (a second
     implementation) for one synchronised step; post-validation's steady bubble = max_r idle_r / w_r; ZB-H1's idle
     (p−1−r)·T_F; ZB-H2 and ZBV reach 0 without the sync and keep (p−1)/(3m), (p−1)/(6m) with it; ZB-H2 holds 2p−1."""
     for p in (2, 4, 8):
@@ -260,7 +260,7 @@ def test_the_zero_bubble_cell_with_three_hardwares_fits_the_budget():
     assert tabs_time(three_hardwares("pipeline_bench"), page.zero_bubble_tab) < cell_budget()
 
 
-# --- experiment 5: measured F / B / W (gpu_runs/step_anatomy.py) in the simulator -----------------------
+# --- experiment 2: measured F / B / W (gpu_runs/step_anatomy.py) in the simulator -----------------------
 
 MD = "ch4-pipeline-parallel/05-chimera-bidirectional.md"
 
@@ -269,7 +269,7 @@ MD = "ch4-pipeline-parallel/05-chimera-bidirectional.md"
 
 @pytest.mark.parametrize("p", [2, 4, 8])
 def test_zb_h1_formula_is_reached_exactly_when_w_is_the_shortest(p):
-    """Experiment 5's reading of Theorem 4.5.5 on a grid of time ratios: the simulated ZB-H1 bubble equals the
+    """Experiment 2's reading of Theorem 4.5.5 on a grid of time ratios: the simulated ZB-H1 bubble equals the
     lower bound (p−1)(T_F+T_B−T_W)/(m·ΣT) when T_W ≤ min(T_F, T_B), and is larger otherwise."""
     for m in (p, 2 * p, 4 * p):
         for tb in (0.5, 0.8, 1.0, 1.5, 2.0):
@@ -283,7 +283,7 @@ def test_zb_h1_formula_is_reached_exactly_when_w_is_the_shortest(p):
 
 
 def test_committed_split_is_exact_and_counts_equal_flops():
-    """Experiment 5 on the committed CPU result: the B / W split's gradients equal the unsplit backward's within
+    """Experiment 2 on the committed CPU result: the B / W split's gradients equal the unsplit backward's within
     the dtype's tolerance, and F, B and W each count 2·(2·T·h·4h)·blocks matmul FLOPs (recomputed here)."""
     from snippets import results
 
