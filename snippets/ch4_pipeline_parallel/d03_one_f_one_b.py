@@ -158,9 +158,9 @@ def hop_values(run) -> tuple[list[dict], float]:
     return out, delta
 
 
-def hop_rows(run) -> tuple[list[list], float]:
+def hop_rows(run, computed=None) -> tuple[list[list], float]:
     """The prediction table: measured and predicted 𝓑_tot of both schedules per m (formatted only here)."""
-    vals, delta = hop_values(run)
+    vals, delta = computed or hop_values(run)
     return [[v["m"]] + [f"{v[k]:.3f}" for k in ("gpipe", "gpipe_pred", "1f1b", "1f1b_pred")] for v in vals], delta
 
 
@@ -180,17 +180,17 @@ def message_waits(e: dict) -> list[float]:
     return out
 
 
-def gap_rows(run) -> list[list]:
+def gap_rows(run, computed=None) -> list[list]:
     """Per shared m: the measured 1F1B − GPipe 𝓑_tot, the spread (max − min) of GPipe's 𝓑_tot over the measured
     steps, and the T_hop model's error on 1F1B (predicted − measured), each from unrounded values."""
-    return [[v["m"], f"{v['gap']:+.3f}", f"{v['spread']:.3f}", f"{v['error']:+.3f}"] for v in hop_values(run)[0]]
+    return [[v["m"], f"{v['gap']:+.3f}", f"{v['spread']:.3f}", f"{v['error']:+.3f}"] for v in (computed or hop_values(run))[0]]
 
 
-def hop_reading(run) -> str:
+def hop_reading(run, computed=None) -> str:
     """Experiment 2's reading, computed from the results file: does the T_hop model get the direction, and the size?"""
     from snippets.ch4_pipeline_parallel import d01_naive_pipeline_bubble as d01
 
-    vals, delta = hop_values(run)
+    vals, delta = computed or hop_values(run)
     same = sum((v["1f1b"] > v["gpipe"]) == (v["1f1b_pred"] > v["gpipe_pred"]) for v in vals)
     below = sum(abs(v["gap"]) < v["spread"] for v in vals)
     err = [abs(v["error"]) for v in vals]
@@ -221,14 +221,15 @@ def compare_tab(plat) -> str:
     if run is None:
         return missing(plat)
     rows = measured_rows_table(run)
+    hv = hop_values(run)
     tot = results.markdown_table(["m", "𝓑_tot GPipe", "𝓑_tot 1F1B", "(p−1)/(m+p−1)"], [r[:4] for r in rows])
     ideal = results.markdown_table(["m", "𝓑_ideal GPipe", "𝓑_ideal 1F1B", "(p−1)/m"], [[r[0], *r[4:7]] for r in rows])
     return (preset_line(run) + "\n\n**총 시간 대비** (𝓑_tot):\n\n" + tot + "\n\n**이상 시간 대비** (𝓑_ideal):\n\n" + ideal
             + "\n\n**경계 시간을 넣은 예측** (𝓑_tot):\n\n"
-            + results.markdown_table(["m", "GPipe 측정", "GPipe 예측", "1F1B 측정", "1F1B 예측"], hop_rows(run)[0])
+            + results.markdown_table(["m", "GPipe 측정", "GPipe 예측", "1F1B 측정", "1F1B 예측"], hop_rows(run, hv)[0])
             + "\n\n**차이의 크기** (𝓑_tot):\n\n"
-            + results.markdown_table(["m", "1F1B − GPipe (측정)", "GPipe 의 step 사이 범위", "1F1B 예측 − 측정"], gap_rows(run))
-            + "\n\n" + hop_reading(run)
+            + results.markdown_table(["m", "1F1B − GPipe (측정)", "GPipe 의 step 사이 범위", "1F1B 예측 − 측정"], gap_rows(run, hv))
+            + "\n\n" + hop_reading(run, hv)
             + "\n\n" + measured_gantt(run, run.params["m_all"], hw_short(plat)))
 
 
