@@ -355,7 +355,8 @@ def inputs_dict(model: Model, cluster: Cluster, batch: Batch, assume: Assumption
 # no dropout), on 8 nodes × 8 H100-80GB.
 LLAMA70B = Model(layers=80, hidden=8192, heads=64, seq=4096, vocab=32000, psi=70e9,
                  ffn=28672, kv_heads=8, swiglu=True, dropout=False)
-# mem_bytes: 80 GB of HBM less ~10 % for the CUDA context, NCCL buffers and fragmentation (an assumption).
+# mem_bytes: an assumed budget of 72e9 B, 84 % of the H100-80GB's 80 GiB (nvidia-smi: 81,559 MiB = 85.52e9 B),
+# leaving ~16 % for the CUDA context, NCCL buffers and fragmentation.
 # intra_bw: NVLink 4, 900 GB/s both directions -> 450e9 per direction; inter_bw: one 400 Gb/s NIC per GPU.
 H100_64 = Cluster(gpus=64, gpus_per_node=8, mem_bytes=72e9, intra_bw=450e9, inter_bw=50e9)
 BATCH_4M = Batch(global_batch=1024, micro_batch=1)   # 1024 × 4096 ≈ 4M tokens per step
