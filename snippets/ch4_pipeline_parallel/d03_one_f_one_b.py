@@ -209,7 +209,7 @@ def hop_reading(run, computed=None) -> str:
             + f"이유 하나는 입력인 "
             f"T_hop 자체입니다: m = 1 실행의 {delta * 1e3:.2f} ms 는 forward hop {ms(naive['fwd'])} ms, 마지막 rank 의 F→B 전환 "
             f"{naive['turn'] * 1e3:.2f} ms, backward hop {ms(naive['bwd'])} ms 의 합을 경계 통과 수 2(p−1) = {2 * (p - 1)} 로 나눈 값이고 "
-            f"(F→B 전환은 경계 통과가 아니지만 이 값에 들어갑니다; [Ch4-01 실험 4](01-naive-pipeline-bubble.md)), "
+            f"(F→B 전환은 경계 통과가 아니지만 이 값에 들어갑니다; [Ch4-01 실험 4](../01-naive-pipeline-bubble/#실험-4-stage-경계를-건너는-시간)), "
             f"m = {m_all} 의 1F1B 실행에서 rank 가 다른 rank 의 결과를 기다린 간격은 {min(waits) * 1e3:.2f}–{max(waits) * 1e3:.2f} ms 입니다. "
             "구조적인 이유는 남습니다: 1F1B 의 steady state 에서는 rank 0 이 B 를 하려면 rank 1 의 B 를, rank 1 이 F 를 하려면 rank 0 의 F 를 "
             "기다리므로 경계의 왕복이 F/B 한 쌍마다 critical path 위에 놓이고, GPipe 는 forward 를 모두 먼저 흘려 보내 그 왕복을 가립니다.")
