@@ -6,7 +6,7 @@ import { Form, errorLine, h, fmt, fmtBytes, scrollBox } from "./ui.js";
 const G_MODEL = "모델", G_PAR = "병렬화와 schedule", G_PREC = "정밀도와 재계산", G_GPU = "GPU";
 const SPECS = [
   { key: "psi", label: "parameter 수 ψ", kind: "num", def: "175e9", min: 1e3, max: 1e14, help: "7e9, 70B 처럼 입력 (embedding 포함)", group: G_MODEL },
-  { key: "layers", label: "레이어 수 L", kind: "int", def: 96, min: 1, max: 10000, group: G_MODEL },
+  { key: "layers", label: "layer 수 L", kind: "int", def: 96, min: 1, max: 10000, group: G_MODEL },
   { key: "h", label: "hidden h", kind: "int", def: 12288, min: 1, max: 1048576, group: G_MODEL },
   { key: "a", label: "attention head 수 a", kind: "int", def: 96, min: 1, max: 65536, group: G_MODEL },
   { key: "kv_heads", label: "KV head 수 (GQA)", kind: "int", def: 96, min: 1, max: 65536, help: "a 와 같으면 multi-head attention", group: G_MODEL },
@@ -18,12 +18,12 @@ const SPECS = [
   { key: "b", label: "micro-batch b", kind: "int", def: 1, min: 1, max: 65536, group: G_PAR },
   { key: "t", label: "tensor-parallel t", kind: "int", def: 8, min: 1, max: 1024, group: G_PAR },
   { key: "sp", label: "sequence parallelism", kind: "check", def: true, group: G_PAR },
-  { key: "p", label: "pipeline-parallel p", kind: "int", def: 1, min: 1, max: 1024, help: "랭크마다 L/p 레이어", group: G_PAR },
+  { key: "p", label: "pipeline-parallel p", kind: "int", def: 1, min: 1, max: 1024, help: "rank 마다 L/p layer", group: G_PAR },
   { key: "schedule", label: "pipeline schedule", kind: "select", def: "1f1b", group: G_PAR, options: [
     ["1f1b", "1F1B: rank r 가 min(p − r, m) micro-batch"], ["interleaved", "interleaved 1F1B (v chunk)"], ["gpipe", "GPipe: m micro-batch 모두"]] },
   { key: "m", label: "step 당 micro-batch m", kind: "int", def: 8, min: 1, max: 100000, group: G_PAR },
-  { key: "v", label: "랭크당 chunk v (interleaved)", kind: "int", def: 2, min: 1, max: 64, group: G_PAR },
-  { key: "n", label: "data-parallel 랭크 수 N", kind: "int", def: 64, min: 1, max: 1000000, group: G_PAR },
+  { key: "v", label: "rank 당 chunk v (interleaved)", kind: "int", def: 2, min: 1, max: 64, group: G_PAR },
+  { key: "n", label: "data-parallel rank 수 N", kind: "int", def: 64, min: 1, max: 1000000, group: G_PAR },
   { key: "stage", label: "ZeRO stage / FSDP", kind: "select", numeric: true, def: 1, group: G_PAR, options: [
     ["0", "0 — DDP (공유 없음)"], ["1", "1 — optimizer state 분할"], ["2", "2 — + gradient (FSDP SHARD_GRAD_OP)"],
     ["3", "3 — + parameter (FSDP FULL_SHARD)"]] },
@@ -32,7 +32,7 @@ const SPECS = [
     help: "Megatron 의 distributed optimizer = ZeRO stage 1 + fp32 main gradient" },
   { key: "k", label: "optimizer state K (B/parameter)", kind: "num", def: 12, min: 0, max: 64, help: "mixed-precision Adam: 12", group: G_PREC },
   { key: "recompute", label: "재계산", kind: "select", def: "selective", group: G_PREC, options: [
-    ["none", "없음"], ["selective", "selective (attention core)"], ["full", "full (레이어 입력만 저장)"]] },
+    ["none", "없음"], ["selective", "selective (attention core)"], ["full", "full (layer 입력만 저장)"]] },
   { key: "act_bytes", label: "activation 정밀도", kind: "select", numeric: true, def: 2, options: [["2", "16-bit (2 B)"], ["4", "fp32 (4 B)"]], group: G_PREC },
   { key: "mask_bytes", label: "dropout mask", kind: "select", numeric: true, def: 1, options: [["1", "1 B (CUDA bool)"], ["2", "2 B (CPU, bf16)"]], group: G_PREC },
   { key: "with_activations", label: "activation 포함 (끄면 모델 상태만)", kind: "check", def: true, group: G_PREC },
@@ -64,7 +64,7 @@ export function mount(root) {
     if (ok("t", "a") && v.a % v.t) errs.t = `t 는 head 수 a = ${v.a} 의 약수여야 합니다`;
     if (ok("h", "a") && v.h % v.a) errs.a = `a 는 hidden h = ${v.h} 의 약수여야 합니다`;
     if (ok("a", "kv_heads") && v.a % v.kv_heads) errs.kv_heads = `KV head 수는 a = ${v.a} 의 약수여야 합니다`;
-    if (ok("p", "layers") && v.layers % v.p) errs.p = `p 는 L = ${v.layers} 의 약수여야 합니다 (랭크마다 L/p 레이어)`;
+    if (ok("p", "layers") && v.layers % v.p) errs.p = `p 는 L = ${v.layers} 의 약수여야 합니다 (rank 마다 L/p layer)`;
     if (ok("p", "layers", "v", "schedule") && !errs.p && v.schedule === "interleaved" && v.layers % (v.p * v.v))
       errs.v = `interleaved 는 p·v = ${v.p * v.v} 가 L = ${v.layers} 의 약수여야 합니다`;
     if (ok("p", "m", "schedule") && v.schedule === "interleaved" && v.m % v.p)
@@ -99,11 +99,11 @@ export function mount(root) {
         h("td", { text: lab }), h("td", { text: fmtBytes(r[key]) }), h("td", { text: fmt(r[key] / GB) }), h("td", { text: fmt(r[key] / GIB) })));
     tbl.append(body);
     const perLayer = h("p", { class: "calc-note", "data-out": "per_layer", "data-value": String(r.per_layer),
-      text: `activation, 레이어 하나 × micro-batch 하나: ${fmtBytes(r.per_layer)} B = ${fmt(r.per_layer / GIB, 3)} GiB. ` +
-        `이 rank 는 레이어 ${fmt(r.layers_per_rank, 0)} 개의 activation 을 micro-batch ${fmt(r.inflight, Number.isInteger(r.inflight) ? 0 : 3)} 개 분량 들고 있습니다` +
+      text: `activation, layer 하나 × micro-batch 하나: ${fmtBytes(r.per_layer)} B = ${fmt(r.per_layer / GIB, 3)} GiB. ` +
+        `이 rank 는 layer ${fmt(r.layers_per_rank, 0)} 개의 activation 을 micro-batch ${fmt(r.inflight, Number.isInteger(r.inflight) ? 0 : 3)} 개 분량 들고 있습니다` +
         (v.schedule === "interleaved" ? ` (chunk ${fmt(r.inflight * v.v, 0)} 개 × 1/v; rank 0 은 p(1 + (p−1)/(pv)) = ${fmt(v.p * (1 + (v.p - 1) / (v.p * v.v)), 3)}, Ch4-04)` : "") +
         (v.with_activations ? "." : " (activation 포함을 끄면 합계에서 빠짐).") +
-        (gptShape(v.h, v.a, v.kv_heads, v.ffn, !!v.swiglu, v.dropout) ? " 레이어 식: Korthikanti 2022 항별 합 (Ch6)." : " 레이어 식: GQA·SwiGLU 모양의 항 (Ch7-01).") });
+        (gptShape(v.h, v.a, v.kv_heads, v.ffn, !!v.swiglu, v.dropout) ? " layer 식: Korthikanti 2022 항별 합 (Ch6)." : " layer 식: GQA·SwiGLU 모양의 항 (Ch7-01).") });
     const extras = [perLayer];
     if (v.p > 1) {
       const show = r.rank_totals.map((x, i) => [i, x]).filter(([i]) => v.p <= 12 || i < 4 || i >= v.p - 2);
@@ -114,7 +114,7 @@ export function mount(root) {
     out.append(h("p", { class: "calc-verdict " + (r.fits ? "calc-ok" : "calc-bad"), "data-fits": String(r.fits), "data-rank": String(r.rank), text: verdict }),
       bar(r, cap * GIB), scrollBox(tbl), ...extras,
       h("p", { class: "calc-note", text: `모델 상태: rank 하나의 parameter (ψ − 2Vh)/p + embedding (첫 rank) 또는 LM head (마지막 rank), 그 1/t 을 ` +
-        `N = ${v.n} 랭크가 ZeRO stage ${v.stage} 로 나눔. embedding 과 LM head 는 따로 (tie 하지 않은) 셉니다. ZeRO-3 의 일시적 all-gather buffer, ` +
+        `N = ${v.n} rank 가 ZeRO stage ${v.stage} 로 나눔. embedding 과 LM head 는 따로 (tie 하지 않은) 셉니다. ZeRO-3 의 일시적 all-gather buffer, ` +
         "NCCL buffer, allocator 여유분은 빠져 있으므로 \"들어갑니다\" 는 그 여유를 따로 확인해야 합니다. 용량과 판정은 GiB (2³⁰ B), GB = 10⁹ B." }));
   }
   render();

@@ -8,16 +8,16 @@ const NAMES = { naive: "naive (micro-batch 없음)", gpipe: "GPipe", "1f1b": "1F
 // v chunks runs each chunk in 1/v of them (calc.py:pipeline_view), so equal inputs compare the same model.
 const SPECS = [
   { key: "schedule", label: "schedule", kind: "select", def: "1f1b", options: Object.entries(NAMES) },
-  { key: "p", label: "pipeline 랭크 p", kind: "int", def: 4, min: 1, max: 32 },
+  { key: "p", label: "pipeline rank p", kind: "int", def: 4, min: 1, max: 32 },
   { key: "m", label: "micro-batch m", kind: "int", def: 8, min: 1, max: 128 },
-  { key: "v", label: "랭크당 chunk v", kind: "int", def: 2, min: 1, max: 8, help: "interleaved, looped BFS 만 사용 (ZB-V 는 2 고정)" },
+  { key: "v", label: "rank 당 chunk v", kind: "int", def: 2, min: 1, max: 8, help: "interleaved, looped BFS 만 사용 (ZB-V 는 2 고정)" },
   { key: "t_f", label: "forward 시간 T_F", kind: "num", def: 1, min: 0.001, max: 1000,
-    help: "micro-batch 하나가 한 랭크의 레이어 (L/p 개) 를 지나는 forward 시간" },
+    help: "micro-batch 하나가 한 rank 의 layer (L/p 개) 를 지나는 forward 시간" },
   { key: "t_bwd", label: "backward 시간 T_B (input-grad + weight-grad 합)", kind: "num", def: 2, min: 0.001, max: 1000,
-    help: "같은 레이어의 backward 전체. 흔히 forward 의 2 배" },
+    help: "같은 layer 의 backward 전체. 흔히 forward 의 2 배" },
   { key: "t_w", label: "그중 weight-grad 시간 T_W (ZB 계열만 분리)", kind: "num", def: 1, min: 0, max: 1000,
     help: "ZB-H1, ZB-V 는 backward 를 input-grad (T_B − T_W) 와 weight-grad (T_W) 로 나눠 배치합니다. 다른 schedule 은 T_B 를 한 덩어리로 씁니다" },
-  { key: "t_comm", label: "랭크 간 전송 시간", kind: "num", def: 0, min: 0, max: 1000 },
+  { key: "t_comm", label: "rank 간 전송 시간", kind: "num", def: 0, min: 0, max: 1000 },
 ];
 const COL = { F: "#4C72B0", B: "#DD8452", W: "#55A868" };
 
@@ -48,12 +48,12 @@ export function mount(root) {
     tbl.append(body);
     const [cf, cb, cw] = s.chunk_t;
     const unit = s.chunks > 1
-      ? `한 랭크의 레이어를 chunk ${s.chunks} 개로 나누므로 chunk 하나는 forward ${fmt(cf, 3)}, ` +
+      ? `한 rank 의 layer 를 chunk ${s.chunks} 개로 나누므로 chunk 하나는 forward ${fmt(cf, 3)}, ` +
         (split ? `input-grad ${fmt(cb, 3)}, weight-grad ${fmt(cw, 3)}` : `backward ${fmt(cb, 3)}`) + ` (입력한 시간의 1/${s.chunks}). `
       : split ? `backward T_B = ${fmt(v.t_bwd, 3)} 를 input-grad ${fmt(cb, 3)} 와 weight-grad ${fmt(cw, 3)} 로 나눠 배치합니다. `
         : `backward 는 T_B = ${fmt(v.t_bwd, 3)} 한 덩어리 (weight-grad 를 나누지 않음). `;
     out.append(gantt(ranks, s.makespan, v),
-      h("p", { class: "calc-note", "data-out": "units", text: "시간 단위: micro-batch 하나가 한 랭크의 레이어 (L/p 개) 를 지나는 시간 (1F1B 의 stage 단위). " + unit }),
+      h("p", { class: "calc-note", "data-out": "units", text: "시간 단위: micro-batch 하나가 한 rank 의 layer (L/p 개) 를 지나는 시간 (1F1B 의 stage 단위). " + unit }),
       h("dl", { class: "calc-summary" },
         h("dt", { text: "makespan (한 step)" }), h("dd", { "data-out": "makespan", text: fmt(s.makespan, 3) }),
         h("dt", { text: "bubble, 전체 시간 대비 (GPipe 의 정의)" }), h("dd", { "data-out": "bubble_fraction", text: pct(s.bubble_fraction) }),
@@ -62,7 +62,7 @@ export function mount(root) {
       h("p", { class: "calc-note", "data-out": "inflight_stage",
         text: `stage 별 최대 in-flight micro-batch (stage 0 부터, ${s.inflight_stage.length}개): ${s.inflight_stage.join(", ")}` }),
       ...closedLine(v, s),
-      h("p", { class: "calc-note", text: "in-flight: 한 랭크가 forward 를 시작했지만 backward 가 끝나지 않은 (micro-batch, chunk) 의 최대 개수. " +
+      h("p", { class: "calc-note", text: "in-flight: 한 rank 가 forward 를 시작했지만 backward 가 끝나지 않은 (micro-batch, chunk) 의 최대 개수. " +
         "시뮬레이터는 Ch4 의 pipeline_sim.simulate 와 같은 규칙입니다." }));
   }
   render();
@@ -76,7 +76,7 @@ function gantt(ranks, makespan, v) {
     for (const [k, val] of Object.entries(attrs)) e.setAttribute(k, val); if (text !== undefined) e.textContent = text; return e; };
   svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
   svg.setAttribute("role", "img");
-  svg.setAttribute("aria-label", `${NAMES[v.schedule]} schedule, p = ${v.p}, m = ${v.m}: 랭크별 Gantt chart, makespan ${fmt(makespan, 3)}`);
+  svg.setAttribute("aria-label", `${NAMES[v.schedule]} schedule, p = ${v.p}, m = ${v.m}: rank 별 Gantt chart, makespan ${fmt(makespan, 3)}`);
   const defs = el("defs", {});
   const pat = el("pattern", { id: "calc-hatch", width: 4, height: 4, patternUnits: "userSpaceOnUse", patternTransform: "rotate(45)" });
   pat.append(el("rect", { width: 2, height: 4, fill: "rgba(255,255,255,.45)" }));

@@ -9,7 +9,7 @@ import { Form, errorLine, h, fmt, pct, scrollBox } from "./ui.js";
 const GM = "모델", GC = "클러스터", GB_ = "batch 와 가정";
 const SPECS = [
   { key: "psi", label: "parameter 수 ψ", kind: "num", def: "70e9", min: 1e3, max: 1e14, group: GM, help: "표시용: 메모리와 FLOPs 는 모양에서 셉니다" },
-  { key: "layers", label: "레이어 수 L", kind: "int", def: 80, min: 1, max: 10000, group: GM },
+  { key: "layers", label: "layer 수 L", kind: "int", def: 80, min: 1, max: 10000, group: GM },
   { key: "hidden", label: "hidden h", kind: "int", def: 8192, min: 1, max: 1048576, group: GM },
   { key: "heads", label: "head 수 a", kind: "int", def: 64, min: 1, max: 65536, group: GM },
   { key: "seq", label: "시퀀스 길이 s", kind: "int", def: 4096, min: 1, max: 10000000, group: GM },
@@ -29,7 +29,7 @@ const SPECS = [
   { key: "global_batch", label: "global batch B (sequence)", kind: "int", def: 1024, min: 1, max: 10000000, group: GB_ },
   { key: "micro_batch", label: "micro-batch b", kind: "int", def: 1, min: 1, max: 65536, group: GB_ },
   { key: "interleave", label: "interleave v (model chunk)", kind: "int", def: 1, min: 1, max: 64, group: GB_ },
-  { key: "uneven", label: "p ∤ L 허용 (stage 당 ⌈L/p⌉ 레이어)", kind: "check", def: false, group: GB_ },
+  { key: "uneven", label: "p ∤ L 허용 (stage 당 ⌈L/p⌉ layer)", kind: "check", def: false, group: GB_ },
   { key: "tp_overlap", label: "TP 통신이 계산에 숨는 비율", kind: "num", def: 0, min: 0, max: 1, group: GB_ },
   { key: "grad_bytes", label: "gradient bytes", kind: "select", numeric: true, def: 4, group: GB_,
     options: [["4", "4: fp32 (Megatron distributed optimizer)"], ["2", "2: 16-bit"]] },
@@ -100,9 +100,9 @@ export function mount(root) {
       "data-p": dropped.map(x => x.p).join(","),
       text: `제외한 pipeline 차수 (N = ${v.gpus} 의 약수 중 배치가 하나도 남지 않은 p): ` +
         groupByReason(dropped, v).map(([why, ps]) => `p = ${ps.join(", ")} (${why})`).join("; ") +
-        (dropped.some(x => x.reasons.includes("p_layers")) && !v.uneven ? ". \"p ∤ L 허용\" 을 켜면 stage 당 ⌈L/p⌉ 레이어로 셉니다." : ".") })] : [];
+        (dropped.some(x => x.reasons.includes("p_layers")) && !v.uneven ? ". \"p ∤ L 허용\" 을 켜면 stage 당 ⌈L/p⌉ layer 로 셉니다." : ".") })] : [];
     if (!rows.length) {
-      out.append(h("p", { class: "calc-error", text: "가능한 배치가 없습니다: t 가 head 수를, p 가 레이어 수를, d·b 가 B 를 나누는 d·t·p = N 이 없습니다." }), ...droppedLine);
+      out.append(h("p", { class: "calc-error", text: "가능한 배치가 없습니다: t 가 head 수를, p 가 layer 수를, d·b 가 B 를 나누는 d·t·p = N 이 없습니다." }), ...droppedLine);
       return;
     }
     const fit = rows.filter(r => r.fits).length;
