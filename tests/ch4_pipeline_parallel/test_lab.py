@@ -82,6 +82,26 @@ def _check_cold_warm(raw: list[dict], schedule: str, window: dict) -> None:
     assert ("흔들림과 구별되지 않습니다" in text) == (abs(window[0] - window[k]) <= jitter)
 
 
+def test_cold_warm_reading_every_branch_says_the_setup_is_outside_the_window():
+    """Every branch of the reading, driven by hand-made numbers: the setup is always said to be outside the recorded
+    window (the raw records show it always is, _check_cold_warm), and the window's difference is read against the warm
+    steps' spread: inside it, longer beyond it, shorter beyond it; the cold step shorter overall too."""
+    def d(cold_window, cold_wall, jitter=0.002):
+        warm = {"wall": 0.100, "before": 0.010, "window": 0.080, "after": 0.010, "setup": 0.0}
+        cold = {"wall": cold_wall, "before": cold_wall - cold_window - 0.010, "window": cold_window, "after": 0.010,
+                "setup": 0.050}
+        return {"cold": cold, "warm": warm, "jitter": jitter, "bubble_cold": 0.3, "bubble_warm": 0.33,
+                "t_f_cold": 0.008, "t_f_warm": 0.008}
+    cases = {"inside": d(0.081, 0.160), "longer": d(0.090, 0.170), "shorter": d(0.070, 0.150), "no_excess": d(0.079, 0.095)}
+    texts = {k: lab.cold_warm_reading(v) for k, v in cases.items()}
+    for text in texts.values():
+        assert "첫 기록 호출 전에 끝나므로" in text and "밖에 모이지 않았습니다" not in text
+    assert "흔들림 안에 있습니다" in texts["inside"]
+    assert "흔들림보다 더 걸렸습니다" in texts["longer"]
+    assert "흔들림보다 더 짧았습니다" in texts["shorter"]
+    assert "전체 시간이 warm 보다 길지 않습니다" in texts["no_excess"]
+
+
 def test_the_lab_runs_as_a_plain_script(tmp_path):
     """A reader who downloads docs/ch4-pipeline-parallel/lab.py runs `python lab.py`: it must not stop in
     multiprocessing's "bootstrapping phase" error (a worker re-running the script), must print each cell's
