@@ -33,7 +33,6 @@ Chromium version it was printed with.
 from __future__ import annotations
 
 import argparse
-import copy
 import functools
 import hashlib
 import html
@@ -98,10 +97,42 @@ def _soup(text: str):
     return BeautifulSoup(text, "html.parser")
 
 
+_HEAVY = re.compile(r'<span class="katex(?:-display)?">|<svg\b|<pre\b')
+_NEST = {"span": re.compile(r"<span\b|</span>"), "svg": re.compile(r"<svg\b|</svg>"),
+         "pre": re.compile(r"<pre\b|</pre>")}
+_LINE_ANCHOR = re.compile(r'<a id="__codelineno-[^"]*" name="[^"]*" href="[^"]*"></a>')  # a code line's own link
+_STASHED = re.compile(r"<!--book-stash:(\d+)-->")
+
+
+def _stash(text: str) -> tuple[str, list[str]]:
+    """Typeset math, SVG figures and code blocks set aside as comments: most of a page's markup, and nothing in them
+    changes for print (math has no ids or links, an SVG's own ids stay as they are, a code line's anchor to itself
+    is dropped), so the HTML parser skips them."""
+    text = _LINE_ANCHOR.sub("", text)
+    out, saved, pos = [], [], 0
+    while (m := _HEAVY.search(text, pos)) is not None:
+        nest = _NEST[m.group(0)[1:4] if m.group(0)[1:4] in ("svg", "pre") else "span"]
+        depth, end = 0, m.start()
+        for t in nest.finditer(text, m.start()):
+            depth += -1 if t.group(0).startswith("</") else 1
+            if depth == 0:
+                end = t.end()
+                break
+        else:
+            raise SystemExit(f"pdf: unbalanced {m.group(0)} at {m.start()}")
+        out += [text[pos:m.start()], f"<!--book-stash:{len(saved)}-->"]
+        saved.append(text[m.start():end])
+        pos = end
+    out.append(text[pos:])
+    return "".join(out), saved
+
+
+def _unstash(text: str, saved: list[str]) -> str:
+    return _STASHED.sub(lambda m: saved[int(m.group(1))], text)
+
+
 def _text(tag) -> str:
-    tag = copy.copy(tag)
-    for a in tag.select("a.headerlink"):
-        a.decompose()
+    """A heading's text (its permalink is already gone; stashed math is left out)."""
     return " ".join(tag.get_text(" ").split())
 
 
@@ -124,26 +155,35 @@ def read_section(site: Path, url: str, pid: str, label: str, targets: dict[str, 
     path = site / url / "index.html"
     if not path.exists():
         raise SystemExit(f"pdf: {path} is missing: build the site first (mkdocs build --strict -d {site})")
-    soup = _soup(path.read_text(encoding="utf-8"))
+    page_html = path.read_text(encoding="utf-8")
+    start, end = page_html.find("<article"), page_html.rfind("</article>")
+    if start < 0 or end < 0:
+        raise SystemExit(f"pdf: {path} has no <article>")
+    light, saved = _stash(page_html[start:end + len("</article>")])
+    soup = _soup(light)
     art = soup.find("article")
     if art is None:
         raise SystemExit(f"pdf: {path} has no <article>")
-    for junk in art.select("a.headerlink, a.anchor-link, script, .md-source-file, .md-content__button, noscript, "
-                           "a.md-content__button, .md-feedback"):
-        junk.decompose()
     page_abs = "/" + url
-    for widget in art.select(".calc-widget"):
-        note = soup.new_tag("p", attrs={"class": "book-print-note"})
-        where = (site_url or "") + url if site_url else f"사이트의 {url} 페이지"
-        note.string = f"[대화형 계산기: {where} 에서 입력을 바꿔 가며 계산할 수 있습니다.]"
-        widget.replace_with(note)
 
-    # ids: prefix every id outside SVG (headings, anchors, tab inputs) so that pages do not collide
     def pref(v: str) -> str:
         return f"{pid}-{v}"
 
+    # one pass over the elements (math, SVG and code are stashed away, see _stash): drop what paper cannot use,
+    # prefix every id (headings, anchors, tab inputs) so that pages do not collide, point links into the document
     for tag in art.find_all(True):
-        if tag.name == "svg" or tag.find_parent("svg") is not None:
+        if tag.decomposed:
+            continue
+        cls = tag.get("class") or []
+        if tag.name in ("script", "noscript") or (tag.name == "a" and ("headerlink" in cls or "anchor-link" in cls)) \
+                or "md-source-file" in cls or "md-content__button" in cls or "md-feedback" in cls:
+            tag.decompose()
+            continue
+        if "calc-widget" in cls:
+            note = soup.new_tag("p", attrs={"class": "book-print-note"})
+            where = site_url + url if site_url else f"사이트의 {url} 페이지"
+            note.string = f"[대화형 계산기: {where} 에서 입력을 바꿔 가며 계산할 수 있습니다.]"
+            tag.replace_with(note)
             continue
         if tag.get("id"):
             tag["id"] = pref(tag["id"])
@@ -153,13 +193,14 @@ def read_section(site: Path, url: str, pid: str, label: str, targets: dict[str, 
             tag["name"] = pref(tag["name"])
         for attr in ("href", "src"):
             v = tag.get(attr)
-            if v is None or tag.find_parent("svg") is not None:
+            if v is None:
                 continue
             tag[attr] = _rewrite(v, attr, page_abs, pid, targets, site_url)
             if tag[attr] is None:  # a site page outside this PDF, and no published address to point at
                 del tag[attr]
                 if tag.name == "a":
                     tag.unwrap()
+                break
 
     h1 = art.find("h1")
     title = _text(h1) if h1 else url
@@ -183,7 +224,8 @@ def read_section(site: Path, url: str, pid: str, label: str, targets: dict[str, 
         summary = d.find("summary")      # the code folded away because it only shapes a table or figure
         if summary is None or not FOLDED_CODE.search(summary.get_text()):
             d["open"] = ""
-    return Section(url, pid, label, title, h2, art.decode_contents(), solutions)
+    return Section(url, pid, label, title, h2, _unstash(art.decode_contents(), saved),
+                   [_unstash(x, saved) for x in solutions])
 
 
 def _comment_type():
@@ -262,14 +304,18 @@ FIT_JS = """(width) => {
   const edge = body.getBoundingClientRect().left + width + 1;
   const sel = 'table, pre, .katex-display, div.arithmatex, figure, svg, img, .highlight, .jp-OutputArea-output, '
             + '.jp-RenderedHTMLCommon, .tabbed-set, .admonition, details, .md-typeset__scrollwrap';
-  let scaled = 0;
+  const scaled = [];
   for (const el of body.querySelectorAll(sel)) {
     if (el.closest('svg') && el.tagName.toLowerCase() !== 'svg') continue;
     const r = el.getBoundingClientRect();
     const parent = el.parentElement.getBoundingClientRect();
     const avail = Math.min(edge - 1, parent.right) - r.left;
     const need = Math.max(r.width, el.scrollWidth);
-    if (need > avail + 1 && avail > 20) { el.style.zoom = Math.max(0.3, avail / need).toFixed(3); scaled++; }
+    if (need > avail + 1 && avail > 20) {
+      el.style.zoom = Math.max(0.3, avail / need).toFixed(3);
+      const doc = el.closest('section[id]');
+      scaled.push((doc ? doc.id.replace(/^sec-/, '') : '?') + ': ' + el.tagName.toLowerCase() + ' ×' + el.style.zoom);
+    }
   }
   const name = el => el.tagName.toLowerCase() + (typeof el.className === 'string' && el.className
                        ? '.' + el.className.split(' ')[0] : '');
@@ -424,7 +470,7 @@ class Printer:
         self.httpd.shutdown()
 
     def print(self, name: str, doc: str, out: Path, foot: str) -> dict:
-        """Print `doc` to `out`; return the page on which each id-carrying TOC target starts, and what was scaled."""
+        """Print `doc` to `out`; return what was scaled to fit the page width (and what still does not fit)."""
         path = f"/__pdf__/{name}.html"
         self.docs[path] = doc.encode("utf-8")
         page = self.browser.new_page(viewport={"width": CONTENT_WIDTH_PX, "height": 1000})
@@ -556,12 +602,16 @@ def make(site: Path, out: Path, chapters: list[book.Chapter], editions: list[str
                  "seconds": round(time.perf_counter() - t1, 1)}
         files.append(entry)
         log(f"pdf: {pdf.name}: {entry['pages']} pages, {entry['bytes'] / 1e6:.1f} MB, "
-            f"{fit['scaled']} wide element(s) scaled to fit, {entry['seconds']} s")
+            f"{len(fit['scaled'])} wide element(s) scaled to fit, {entry['seconds']} s")
 
-    def misplaced(pdf: Path, numbers: dict[str, int]) -> list[str]:
+    def misplaced(pdf: Path, numbers: dict[str, int], chs: list[tuple[book.Chapter, list[Section]]],
+                  appendix: list[Section]) -> list[str]:
+        """Entries of the contents whose number is not the page their target landed on."""
         landed, _ = target_pages(pdf)
-        return [f"{k}: contents say {v}, printed on {landed.get(k)}" for k, v in numbers.items()
-                if k in landed and landed[k] != v]
+        keys = {f"chapter-{c.number}" for c, _ in chs} | {s.pid for s in appendix} | {
+            k for _, secs in chs for s in secs for k in [s.pid] + [i for i, _ in s.h2]}
+        return [f"{k}: contents say {numbers.get(k)}, printed on {landed.get(k)}" for k in sorted(keys)
+                if k in landed and landed[k] != numbers.get(k)]
 
     try:
         parsed = {c.folder: chapter_sections(site, c, info["site_url"]) for c in chapters}
@@ -584,7 +634,7 @@ def make(site: Path, out: Path, chapters: list[book.Chapter], editions: list[str
                     pdf.unlink()
                     continue
                 fit = printer.print(name, document(info, prov, ed, "chapter", [(c, secs)], [], dests), pdf, foot)
-                wrong = misplaced(pdf, dests)
+                wrong = misplaced(pdf, dests, [(c, secs)], [])
                 if wrong:
                     raise SystemExit(f"pdf: {pdf.name}: the contents moved between the two prints: {wrong[:5]}")
                 record(pdf, ed, [c], fit, t1)
@@ -608,7 +658,7 @@ def make(site: Path, out: Path, chapters: list[book.Chapter], editions: list[str
                 foot = f"{info['title']} · {EDITIONS[ed]}"
                 doc = functools.partial(document, info, prov, ed, "book", chs, appendix)
                 fit = printer.print(f"book.{ed}", doc(numbers), pdf, foot)
-                wrong = misplaced(pdf, numbers)
+                wrong = misplaced(pdf, numbers, chs, appendix)
                 if wrong:
                     log(f"pdf: {pdf.name}: {len(wrong)} contents entries off ({wrong[:3]}): printing again")
                     fit = printer.print(f"book.{ed}", doc(target_pages(pdf)[0]), pdf, foot)
