@@ -237,11 +237,16 @@ def test_headline_prints_what_the_validation_computes(tmp_path, monkeypatch):
     fit = {k for k, mem in _llama3_layout_memory_by_hand().items() if mem <= H100_HBM}
     assert f"{l3['pub_mem'] / 1e9:.1f} GB 로 셉니다" in out and l3["pub_mem"] < H100_HBM
     assert f"{(H100_HBM - l3['pub_mem']) / 1e9:.1f} GB 를 남기는" in out and f"{len(fit)} 개 (모두 t = 8)" in out
-    assert "과대평가입니다" not in out and "80 GB" not in out
+    # P-1: the capacity compared against is nvidia-smi's 81,559 MiB, not "80 GiB (85.5 GB)"
+    assert "과대평가입니다" not in out and "80 GiB (85" not in out and f"{H100_HBM / 2**20:,.0f} MiB ({H100_HBM / 1e9:.1f} GB)" in out
     assert "18.4B–1008.0B" in out and "145.6B–1T" not in out
     # point 3 prints the runner-up margin with v free (M-A), not only the VP-imposed first place
     free = _nemo_rank_by_hand(lambda p: [v for v in range(1, 81) if (80 // p) % v == 0] if p > 1 else [1])
     assert f"2 위와 {free[1][1] / free[0][1] - 1:.1%} 차이로 가정 폭" in out
+    # P-2: the agreement is for d·t·p; with v free the published VP 20 is behind the planner's v
+    model, cluster, batch, a, zs, rc, pub = page.nemo70b_inputs()
+    vp20 = pl.evaluate(model, cluster, batch, *pub, zs, rc, replace(a, interleave=20))["step_s"]
+    assert f"VP 20 은 {vp20 / free[0][1] - 1:.1%} 느려 그 집합의 {1 + sum(x < vp20 for _, x in free)} 위입니다" in out
 
 
 def test_validation_fig13_and_the_overlap_limit_the_page_prints():
@@ -385,6 +390,16 @@ def test_playbook_row_and_the_measured_nemo_layout():
         assert ranked[1][1] / ranked[0][1] - 1 == pytest.approx(x["margin"], rel=1e-9)
     assert imposed[1][1] / imposed[0][1] - 1 > 0.05
     assert free[1][1] / free[0][1] - 1 < 0.005 and one[1][1] / one[0][1] - 1 < 0.01
+    # P-2: with v free the planner runs 4·4·4 at v = 5, and the published VP 20 (the same d·t·p) is third in that set,
+    # 1–3 % behind (the hand enumeration's step times against the published configuration evaluated at v = 20)
+    model, cluster, batch, a, zs, rc, _ = page.nemo70b_inputs()
+    vp20 = pl.evaluate(model, cluster, batch, 4, 4, 4, zs, rc, replace(a, interleave=20))["step_s"]
+    x = next(v for k, v in margins.items() if k.startswith("v 를"))
+    assert x["best"]["v"] == 5 and x["published_vp"] == 20
+    assert [k for k, st in free if st < vp20] == [(4, 4, 4), (2, 4, 8)] and x["published_rank"] == 3
+    assert x["published_gap"] == pytest.approx(vp20 / free[0][1] - 1, rel=1e-9) and 0.01 < x["published_gap"] < 0.03
+    reason = next(v for v in page.validation() if v["case"].startswith("NeMo"))["reason"]
+    assert f"4·4·4 에 v = 5 를 고르고, 공개된 VP 20 은 {vp20 / free[0][1] - 1:.1%} 느려 그 집합의 3 위" in reason
     nm = next(x for x in page.validation() if x["case"].startswith("NeMo"))
     assert nm["rank"] == 1 and nm["published"] == (4, 4, 4)
     pb = next(x for x in page.validation() if x["case"].startswith("Playbook"))
