@@ -2,6 +2,7 @@
 #   make serve   create .venv, install everything, build once and serve on http://127.0.0.1:8000/ (rebuilds on
 #                any change under docs/, snippets/, gpu_runs/results/, scripts/ or in mkdocs.yml)
 #   make test    same set-up, then the whole test suite (build, distributed runs, browser)
+#   make pdf     the book as A4 PDFs (per chapter and whole, students' and instructors' editions) in site/pdf/
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -16,7 +17,7 @@ TORCH_STAMP := $(VENV)/.torch-$(shell printf '%s' '$(TORCH_SPEC)' | { sha256sum 
 export NO_MKDOCS_2_WARNING := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup serve build test test-fast runs gpu-runs lock browser-deps clean bench
+.PHONY: setup serve build test test-fast runs gpu-runs lock browser-deps clean bench pdf
 
 # torch, from TORCH_SPEC. Another spec installed before (another .torch-* stamp): uninstall that torch
 # first, since pip counts 2.13.0+cpu as satisfying torch==2.13.0 and would keep the CPU build; deepspeed
@@ -90,6 +91,14 @@ serve: setup
 # the suite's site build is cold (BOOK_CACHE=0): its time budget is for every cell and lab executed
 test: setup browser-deps
 	BOOK_CACHE=0 $(BIN)/python -m pytest
+
+# the book on paper (scripts/pdf.py): a strict build into site/, then one A4 PDF per chapter and one for the whole
+# book, students' edition (no exercise solutions) and instructors' (solutions open), printed by Chromium into
+# site/pdf/ with manifest.json; the landing page links them. Not part of build or test: about 15 min on this 2-core machine
+# (README.md, "종이로 읽기").
+pdf: setup browser-deps
+	$(BIN)/mkdocs build --strict
+	$(BIN)/python scripts/pdf.py site
 
 # everything but the whole-site build and the browser (seconds instead of minutes)
 test-fast: setup
