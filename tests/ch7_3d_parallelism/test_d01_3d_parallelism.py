@@ -581,3 +581,28 @@ def test_gpu_tab_of_the_mesh_run_reads_the_gpu_file(tmp_path, monkeypatch):
     html = run_cell("ch7-3d-parallelism/01-3d-parallelism.md", "ch7-01-exp4-bytes", res, monkeypatch)
     assert f"{want:,}" in tab(html, "GPU") and f"{want:,}" not in tab(html, "CPU")
     assert "t = 16 의 가장 빠른 배치" in html
+
+
+def test_fsdp_gathers_are_m_plus_one_whatever_the_order():
+    """The page says FSDP2 inside a pipeline stage gathers m + 1 times per block in any order ending in a backward
+    (forward reshards, backward keeps the parameters gathered until the step's end). Every valid order of m = 3
+    micro-batches (B_i after F_i, last action a B), counted by a second reading of the rule written here."""
+    import itertools
+
+    m = 3
+    acts = [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
+    seen = 0
+    for order in itertools.permutations(acts):
+        if order[-1][0] != "B" or any(order.index(("B", i, 0)) < order.index(("F", i, 0)) for i in range(m)):
+            continue
+        gathered, n = False, 0
+        for kind, _, _ in order:
+            n += not gathered
+            gathered = kind == "B"  # a forward leaves them resharded, a backward leaves them gathered
+        assert n == m + 1 == page.fsdp_gathers_in_pipeline(list(order))
+        seen += 1
+    assert seen > 10
+    from pathlib import Path
+
+    md = (Path(__file__).resolve().parents[2] / "docs/ch7-3d-parallelism/01-3d-parallelism.md").read_text(encoding="utf-8")
+    assert "block 당 $m + 1$ 번" in md and "순서가 정합니다" not in md
