@@ -135,3 +135,18 @@ def table_rows(html: str) -> list[list[str]]:
 
     return [[H.unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", tr, re.S)]
             for tr in re.findall(r"<tr>(.*?)</tr>", html, re.S)]
+
+
+def outside_fences(text: str):
+    """(line number, line) of a page's Markdown outside fenced code blocks (``` or ~~~, indented or not):
+    what the glossary and landing tests read as the page's prose."""
+    fence = None
+    for n, line in enumerate(text.splitlines(), 1):
+        s = line.lstrip()
+        if fence:
+            fence = None if s.startswith(fence) else fence
+            continue
+        if s.startswith(("```", "~~~")):
+            fence = s[:3]
+            continue
+        yield n, line

@@ -55,18 +55,11 @@ OFF_SPELLINGS = re.compile(r"(?<![\w`/.-])(?:[Aa]ll-reduce|[Aa]ll-gather|[Rr]edu
 
 
 def _prose_lines(text: str):
-    fence = None
-    for n, line in enumerate(text.splitlines(), 1):
-        s = line.lstrip()
-        if fence:
-            fence = None if s.startswith(fence) else fence
-            continue
-        if s.startswith(("```", "~~~")):
-            fence = s[:3]
-            continue
-        if s.startswith(("#", "attrs:", "--8<--")):
-            continue
-        yield n, NOT_PROSE.sub(" ", line)
+    from tests.page_cells import outside_fences
+
+    for n, line in outside_fences(text):
+        if not line.lstrip().startswith(("#", "attrs:", "--8<--")):
+            yield n, NOT_PROSE.sub(" ", line)
 
 
 @pytest.mark.parametrize("path", sorted(PAGES) + ["index.md", "notation.md", "calculators.md", "thresholds.md",

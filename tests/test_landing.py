@@ -17,15 +17,11 @@ def test_every_page_has_one_short_line():
 
 def _prose_chars(text: str) -> int:
     """The page's prose counted line by line (a second way): skip fenced code and the indented body of ??? blocks."""
-    n, fence, solution = 0, None, False
-    for line in text.splitlines():
+    from tests.page_cells import outside_fences
+
+    n, solution = 0, False
+    for _, line in outside_fences(text):
         s = line.strip()
-        if fence:
-            fence = None if s.startswith(fence) else fence
-            continue
-        if s.startswith(("```", "~~~")):
-            fence = s[:3]
-            continue
         if line.startswith("???"):
             solution = True
             continue
