@@ -12,7 +12,12 @@ import pytest
 from snippets import book
 
 sys.path.insert(0, str(book.ROOT / "scripts"))
+# importing hooks.py drops this repository's modules from sys.modules (for mkdocs serve); keep the ones other
+# test modules already hold, as tests/test_hooks.py does, so that their patches and `is` checks see one module
+_kept = {k: v for k, v in sys.modules.items() if k.split(".")[0] in ("snippets", "gpu_runs")}
 import hooks  # noqa: E402
+
+sys.modules.update(_kept)
 
 LABS = [c for c in book.CHAPTERS if (book.DOCS / c.lab_path).exists()]
 
