@@ -34,6 +34,15 @@ def test_spellings_match_the_ways_the_pages_write_them():
     assert glossary.korean_forms("bubble 과 버블, bubble") == ["유휴 시간"]
 
 
+def test_fast_count_finds_what_the_whole_word_pattern_finds():
+    """`count` skips `pattern`'s look-behind for speed; on every page, every term, and on word-edge cases,
+    it counts what `pattern(term).findall` finds."""
+    cases = ["xAllReduce all-reduce", "_allreduce", "3AllReduce AllReduce", "AllReduces all_reduce"]
+    for term in glossary.TERMS:
+        for text in (*PAGES.values(), *cases):
+            assert glossary.count(term, text) == len(glossary.pattern(term).findall(text)), term.en
+
+
 @pytest.mark.build
 def test_search_index_carries_the_korean_forms_and_the_glossary_page_lists_every_term(built_site):
     site, _, _ = built_site
