@@ -39,13 +39,56 @@ def test_some_programs_need_two_processes():
     assert "collectives_bench" in _programs_needing(2)
 
 
-@pytest.mark.parametrize("program", _programs_needing(2))
-def test_one_process_is_refused_with_exit_2(program):
+def test_one_process_is_refused_with_exit_2_under_torchrun():
+    """End to end once: torchrun reports the worker's own exit code 2 and the message."""
+    program = "collectives_bench"
     proc, took = launch(f"gpu_runs/{program}.py", 1, ["--preset", "tiny", "--no-save"], timeout=120, check=False)
     assert proc.returncode != 0
     # torchrun exits 1 and reports the worker's own exit code
     assert re.search(r"exitcode\s*:\s*2\b", proc.stderr), proc.stderr[-2000:]
     assert f"error: this program needs a world size of at least {_min_world(program)}, got 1" in proc.stderr
+
+
+SWEEP = textwrap.dedent('''
+    """Run each program as __main__ with torchrun's environment for one process; print its exit code."""
+    import io, json, os, runpy, sys, contextlib
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", GROUP_RANK="0",
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT="1", CUDA_VISIBLE_DEVICES="")
+    out = {}
+    for path in sys.argv[1:]:
+        err = io.StringIO()
+        sys.argv = [path, "--preset", "tiny", "--no-save"]
+        code = None
+        with contextlib.redirect_stderr(err):
+            try:
+                runpy.run_path(path, run_name="__main__")
+            except SystemExit as e:
+                code = e.code
+        out[path] = {"code": code, "stderr": err.getvalue()[-2000:]}
+    print(json.dumps(out))
+''')
+
+
+def test_every_program_needing_two_processes_refuses_one_with_exit_2(tmp_path):
+    """Every such program, each run as its own __main__ in one Python process (one torch import instead of
+    a torchrun launch per program): exit code 2 and the message, before any process group exists."""
+    import os
+    import subprocess
+    import sys
+
+    programs = _programs_needing(2)
+    assert len(programs) >= 10
+    script = tmp_path / "sweep.py"
+    script.write_text(SWEEP)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    proc = subprocess.run([sys.executable, str(script), *[str(ROOT / "gpu_runs" / f"{p}.py") for p in programs]],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    for program in programs:
+        r = got[str(ROOT / "gpu_runs" / f"{program}.py")]
+        assert r["code"] == 2, (program, r)
+        assert f"error: this program needs a world size of at least {_min_world(program)}, got 1" in r["stderr"], (program, r)
 
 
 CORRUPT = textwrap.dedent('''
