@@ -6,11 +6,8 @@ keeps math rendered; screenshots are kept under test-artifacts/screenshots/.
 """
 from __future__ import annotations
 
-import functools
-import http.server
 import re
 import shutil
-import threading
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -28,32 +25,6 @@ CHROME_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-qui
                "--disable-dev-shm-usage"]
 
 
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture(scope="module")
-def server(built_site):
-    site, _, _ = built_site
-    handler = functools.partial(_Quiet, directory=str(site))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    t = threading.Thread(target=httpd.serve_forever, daemon=True)
-    t.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/", site
-    httpd.shutdown()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROME_ARGS)
-        yield b
-        b.close()
-
-
 def _pages(site: Path) -> list[str]:
     urls = []
     for html in sorted(site.glob("**/index.html")):
@@ -64,7 +35,10 @@ def _pages(site: Path) -> list[str]:
     return urls
 
 
-def _open(browser, url):
+def _open(browser, url, wait: str = "networkidle"):
+    """A new 1280-px tab on `url`, collecting console errors and blocking (and listing) requests to other
+    hosts; returns when the page is loaded and the network idle (wait="commit": as soon as it navigates,
+    so that several tabs can load at once; then call page.wait_for_load_state("networkidle"))."""
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     errors, foreign = [], []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
@@ -78,30 +52,13 @@ def _open(browser, url):
         return r.abort()
 
     page.route("**/*", route)
-    page.goto(url, wait_until="networkidle")
+    page.goto(url, wait_until=wait)
     return page, errors, foreign
 
 
-def test_every_page_is_clean(server, browser):
-    base, site = server
-    urls = _pages(site)
-    assert len(urls) >= 5
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    problems = []
-    for rel in urls:
-        page, errors, foreign = _open(browser, base + rel)
-        katex_errors = page.locator(".katex-error").count()
-        text = page.evaluate("""() => {
-            const clone = document.body.cloneNode(true);
-            clone.querySelectorAll('pre, code, .katex, script, style').forEach(e => e.remove());
-            return clone.innerText; }""")
-        leftovers = [d for d in ("$$", "\\(", "\\[") if d in text]
-        name = (rel.strip("/").replace("/", "__") or "index") + ".png"
-        page.screenshot(path=str(ARTIFACTS / name), full_page=False)
-        if errors or foreign or katex_errors or leftovers:
-            problems.append((rel, errors[:3], foreign[:3], katex_errors, leftovers))
-        page.close()
-    assert not problems, problems
+def test_every_page_is_clean(page_pass):
+    assert len(page_pass["urls"]) >= 5
+    assert not page_pass["problems"], page_pass["problems"]
 
 
 def test_korean_search_finds_the_ring_page(server, browser):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from snippets import calc
-from tests.site.test_browser import ARTIFACTS, CHROMIUM, _open, browser, server  # noqa: F401 (fixtures)
+from tests.site.test_browser import ARTIFACTS, CHROMIUM, _open  # noqa: F401 (fixtures: tests/site/conftest.py)
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="no chromium")]
 GIB = 2 ** 30

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.site.test_browser import CHROMIUM, browser, server  # noqa: F401  (fixtures)
+from tests.site.test_browser import CHROMIUM  # fixtures: tests/site/conftest.py
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="no chromium")]
 
@@ -43,18 +43,9 @@ PROBE = """() => {
 }"""
 
 
-def test_wide_content_scrolls_inside_its_box_at_1280_px(server, browser):  # noqa: F811
-    base, site = server
-    pages = sorted(p.parent.relative_to(site).as_posix() for p in site.glob("ch*/**/index.html"))
-    assert pages
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
-    bad = {}
-    for rel in pages:
-        page.goto(base + rel + "/", wait_until="load")
-        page.evaluate("() => document.querySelectorAll('details').forEach(d => d.open = true)")
-        found = page.evaluate(PROBE)
-        found = {k: v for k, v in found.items() if v}
-        if found:
-            bad[rel] = found
-    page.close()
+def test_wide_content_scrolls_inside_its_box_at_1280_px(page_pass):  # noqa: F811
+    """The probe runs in test_browser.py's one pass over the site (each page is loaded once for both)."""
+    checked = page_pass["wide"]
+    assert checked and all(rel.startswith("ch") for rel in checked)
+    bad = {rel: found for rel, found in checked.items() if found}
     assert not bad, bad
