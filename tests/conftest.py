@@ -165,3 +165,19 @@ def _warm_matplotlib():
     ax.loglog([1, 10], [1, 10], label="한글")
     ax.legend()
     figures.svg(fig)
+
+
+# Every test file this session's collection reached (before -m / -k deselection), and whether the session
+# collected the whole suite: tests/test_structure.py then checks the files on disk against it instead of
+# collecting the suite a second time in a subprocess (about 10 s).
+COLLECTED_FILES: set[str] = set()
+WHOLE_SUITE: list[bool] = [False]
+
+
+def pytest_itemcollected(item):
+    COLLECTED_FILES.add(item.nodeid.split("::", 1)[0])
+
+
+def pytest_collection_finish(session):
+    args = [Path(a.split("::", 1)[0]).resolve() for a in session.config.args]
+    WHOLE_SUITE[0] = args == [ROOT / "tests"] and not session.config.option.keyword
