@@ -79,6 +79,17 @@ def buffers(op: str, size: int, n: int, rank: int, device):
     raise ValueError(op)
 
 
+# torch 2.13 names the single-tensor collectives all_gather_single / reduce_scatter_single and deprecates
+# all_gather_into_tensor / reduce_scatter_tensor (FutureWarning); older torch has only the older names.
+# Looked up at each call, so that wrappers installed on torch.distributed (HARNESS_CHECK_DEVICES) apply.
+def ALL_GATHER(out, inp):
+    return (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(out, inp)
+
+
+def REDUCE_SCATTER(out, inp):
+    return (getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor)(out, inp)
+
+
 def run_op(op: str, inp, out):
     """One checked call: the result is compared with the expected values (all_reduce starts from inp)."""
     if op == "all_reduce":
@@ -96,10 +107,10 @@ def launch(op: str, inp, out):
         dist.broadcast(inp, src=0)
         return inp
     if op == "reduce_scatter":
-        dist.reduce_scatter_tensor(out, inp)
+        REDUCE_SCATTER(out, inp)
         return out
     if op == "all_gather":
-        dist.all_gather_into_tensor(out, inp)
+        ALL_GATHER(out, inp)
         return out
     if op == "all_to_all":
         dist.all_to_all_single(out, inp)

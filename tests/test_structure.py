@@ -246,3 +246,38 @@ def test_programs_import_shared_modules_not_page_modules():
         if rel in PAGE_MODULE_IMPORTS_PENDING:
             continue
         assert not found, f"{rel} imports a page module ({found}); move what it needs to snippets/common/"
+
+
+DEPRECATED_COLLECTIVES = {"all_gather_into_tensor": "all_gather_single", "reduce_scatter_tensor": "reduce_scatter_single"}
+# the one program that calls them on purpose: it records the warning torch 2.13 gives for each
+DEPRECATED_DEMO = {"gpu_runs/collectives_semantics.py"}
+
+
+def test_book_code_calls_no_collective_torch_deprecates():
+    """torch 2.13 deprecates all_gather_into_tensor / reduce_scatter_tensor (FutureWarning). The book's own
+    code calls the current names; only library code (DeepSpeed, FSDP internals) still calls the old ones.
+    The deprecation itself is read from the installed torch, so this test follows torch."""
+    import ast
+    import inspect
+    import warnings
+
+    import torch
+    import torch.distributed as dist
+
+    for old, new in DEPRECATED_COLLECTIVES.items():
+        assert hasattr(dist, new), f"torch {torch.__version__} has no {new}"
+        assert "deprecated" in (inspect.getsource(getattr(dist, old)) + str(getattr(dist, old).__doc__)).lower()
+    files = [*sorted((ROOT / "snippets").rglob("*.py")), *sorted((ROOT / "gpu_runs").glob("*.py")),
+             *sorted((ROOT / "docs").glob("ch*/lab.py"))]
+    bad = []
+    for path in files:
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in DEPRECATED_DEMO:
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in DEPRECATED_COLLECTIVES:
+                bad.append(f"{rel}:{node.lineno} {node.func.attr} (use {DEPRECATED_COLLECTIVES[node.func.attr]})")
+    assert not bad, bad

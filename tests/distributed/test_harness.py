@@ -131,7 +131,7 @@ COUNT = textwrap.dedent('''
     """A tiny step whose collectives are known exactly: FSDP2 forward+backward, then the calls
     DeepSpeed's ZeRO makes through torch.distributed (all_gather_into_tensor, reduce_scatter_tensor,
     all_reduce, broadcast). Rank 0 prints what CommCounter recorded."""
-    import json, sys
+    import json, sys, warnings
     sys.path.insert(0, {root!r})
     import torch, torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
@@ -150,7 +150,8 @@ COUNT = textwrap.dedent('''
     with CommCounter() as bwd:
         y.sum().backward()
     flat = torch.zeros(10 * n)
-    with CommCounter() as zero:
+    with CommCounter() as zero, warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch 2.13 deprecates the two names DeepSpeed calls
         dist.all_gather_into_tensor(flat, torch.ones(10))
         dist.reduce_scatter_tensor(torch.empty(10), flat)
         dist.all_reduce(torch.ones(7))
