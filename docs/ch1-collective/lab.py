@@ -140,4 +140,4 @@ plt.show()
 # - core 가 4 개 이상인 노트북이라면 `world=4` 로 시간을 재고, 작은 메시지의 시간이 step 수 비 (6/2 = 3 배) 만큼 늘어나는지
 #   보십시오. core 보다 process 가 많으면 그보다 훨씬 크게 늘어납니다.
 # - `ring_allreduce_p2p` 의 reduce-scatter 단계만 남기면 reduce-scatter 가 됩니다. 그 시간이 all-reduce 의 절반 근처인지
-#   재 보십시오 (gloo 의 `reduce_scatter_tensor` 는 전체 all_reduce 를 돌리므로 그렇지 않습니다: Ch1-05 실험 2).
+#   재 보십시오 (gloo 의 `reduce_scatter_single` 은 전체 all_reduce 를 돌리므로 그렇지 않습니다: Ch1-05 실험 2).
