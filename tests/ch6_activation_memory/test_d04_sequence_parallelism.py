@@ -68,27 +68,41 @@ def test_outputs_match_one_device_to_bf16_rounding(r):
     assert timed == (r.params["t"] <= r.hardware["cpu_count"])  # timing only with processes ≤ cores
 
 
-def test_ring_bytes_sent_is_ring_allreduce_decomposition():
-    """Theorem 6.4.5 from the ring: AR(S) = RS(S) + AG(S/t shard), for many t."""
-    for t in (2, 3, 4, 8, 64):
-        S = 1_000_000
-        assert page.ring_bytes_sent("all_reduce", S, t) == pytest.approx(
-            page.ring_bytes_sent("reduce_scatter_tensor", S, t) + page.ring_bytes_sent("all_gather_into_tensor", S / t, t))
+def test_ring_bytes_sent_against_ch1_ring_simulator():
+    """Theorem 6.4.5 from the ring: the page's AR(S) and RS(S) + AG(S/t shard) both equal the bytes a rank sends
+    in Ch1-03's ring simulator, which moves real arrays chunk by chunk (an independent implementation)."""
+    import numpy as np
+
+    from snippets.ch1_collective.d03_ring_allreduce import ring_allreduce
+
+    for t in (2, 3, 4, 8, 16):
+        x = np.arange(t * 6 * t, dtype=np.float32).reshape(t, 6 * t)
+        out, sent, _, steps = ring_allreduce(x)
+        S = x[0].nbytes
+        assert np.array_equal(out[0], x.sum(0)) and steps == 2 * (t - 1)
+        assert page.ring_bytes_sent("all_reduce", S, t) == pytest.approx(sent.max())
+        assert page.ring_bytes_sent("reduce_scatter_tensor", S, t) + page.ring_bytes_sent("all_gather_into_tensor", S / t, t) \
+            == pytest.approx(sent.max())
     with pytest.raises(ValueError):
         page.ring_bytes_sent("broadcast", 1, 2)
 
 
-def test_exercise_2_rabenseifner_equals_rs_plus_ag_including_latency():
-    """Exercise 2: in the α-β model the Rabenseifner all-reduce equals RS + AG in bytes AND in α count."""
+def test_exercise_2_rabenseifner_against_ch1_simulator():
+    """Exercise 2: the α-β time of Rabenseifner (RS by recursive halving + AG by recursive doubling) has
+    2·log2 t messages and 2(t−1)/t·S bytes: checked against Ch1-02's simulator, which runs the schedule on data."""
     import numpy as np
 
+    from snippets.ch1_collective.d02_allreduce_algorithms import rabenseifner_allreduce
     from snippets.common import alphabeta as ab
 
-    for t in (2, 4, 8, 64):
-        S, alpha, beta = 2 * 2048 * 12288, 5e-6, 1 / 100e9
-        half = np.log2(t) * alpha + (t - 1) / t * S * beta
-        assert float(ab.rabenseifner_time(t, S, alpha, beta)) == pytest.approx(2 * half)
-        assert float(ab.rabenseifner_time(t, 0, alpha, beta)) == pytest.approx(2 * np.log2(t) * alpha)
+    alpha, beta = 5e-6, 1 / 100e9
+    for t in (2, 4, 8, 16):
+        x = np.arange(t * 4 * t, dtype=np.float64).reshape(t, 4 * t)
+        sim = rabenseifner_allreduce(x)
+        S = x[0].nbytes
+        assert sim.correct(x)
+        assert sim.steps == 2 * np.log2(t)
+        assert float(ab.rabenseifner_time(t, S, alpha, beta)) == pytest.approx(sim.time(alpha, beta))
 
 
 def test_long_context_formulas():
@@ -106,8 +120,6 @@ def test_long_context_formulas():
         prev_uly = uly
         # TP+SP sends what 2 all-reduces of S = 2sbh send
         assert lc["TP+SP (Megatron)"]["sent"] == pytest.approx(2 * page.ring_bytes_sent("all_reduce", 2 * s * b * h, c))
-    assert 96 % 64 != 0  # the page marks Ulysses impossible at c = 64 for a = 96
-    assert 1e3 < 5 * a * s * s * b / am.GB < 1e4  # "several TB" of scores without FlashAttention
 
 
 @pytest.mark.dist
@@ -138,3 +150,18 @@ def test_gpu_tab_shows_the_allocator_bytes_and_cuda_mask_width(tmp_path, monkeyp
     explained = am.layer_bytes(s, b, h, a, t=t, mask_bytes=1) + stats
     assert f"{explained:,.0f}" in gpu and f"{explained:,.0f}" not in cpu
     assert f">+{stats:,}</td>" in gpu and ">+0</td>" in gpu  # LN statistics at fp32; no extra mask bytes
+
+
+def test_long_context_table_flags_every_head_split_that_does_not_divide_the_heads(monkeypatch):
+    """Experiment 4: TP+SP (t = c) and Ulysses both split the a heads over c ranks, ring attention does not.
+    The flags the page prints are checked against a head count read from the cell's own table, not its rule."""
+    from snippets import results
+    from tests.page_cells import run_cell, table_rows
+
+    out = run_cell("ch6-activation-memory/04-sequence-parallelism.md", "ch6-04-exp4-longctx", results.RESULTS, monkeypatch)
+    a = 96  # GPT-3 175B (Brown et al. 2020, Table 2.1): 96 heads, as the cell's shape h = 12288 = 96 x 128
+    flagged = {(r[0], r[1].split(" (a %")[0]) for r in (line.split("|")[1:-1] for line in out.splitlines()
+                                                     if line.startswith("|") and "불가" in line) for r in [[x.strip() for x in r]]}
+    want = {(str(c), name) for c in (8, 16, 32, 64) if a % c for name in ("TP+SP (Megatron)", "Ulysses (all-to-all)")}
+    assert want == {("64", "TP+SP (Megatron)"), ("64", "Ulysses (all-to-all)")}
+    assert flagged == want, flagged
