@@ -223,6 +223,21 @@ def oversubscribed(result) -> bool:
 # --8<-- [end:oversub]
 
 
+def oversubscription_reading(small, large) -> str:
+    """The sentence experiment 3 draws from one CPU pair of results: which collectives' small-message times
+    grew by at least the step-count ratio, computed (a measurement on a loaded 2-core box varies)."""
+    rows = oversubscription_rows(small, large)
+    over = [r["op"] for r in rows if r["measured_ratio"] >= r["step_ratio"]]
+    under = [f"{r['op']} ({r['measured_ratio']:.2f} 배, step 수 비 {r['step_ratio']:.2f})" for r in rows
+             if r["measured_ratio"] < r["step_ratio"]]
+    if not under:
+        head = f"이 책의 CPU 결과 (gloo) 에서는 {len(rows)} 개 collective 모두 작은 메시지 시간이 step 수 비 이상으로 늘었습니다."
+    else:
+        head = (f"이 책의 CPU 결과 (gloo) 에서는 {len(rows)} 개 collective 중 {len(over)} 개 ({', '.join(over) or '없음'}) 의 작은 메시지 시간이 "
+                f"step 수 비 이상으로 늘었고, {', '.join(under)} 는 그보다 덜 늘었습니다.")
+    return head
+
+
 # --8<-- [start:crossover]
 def crossover_table(alpha: float, beta: float, ns=(2, 4, 8, 16, 64, 256, 1024)) -> list[dict]:
     """S above which ring AllReduce beats each tree-like algorithm, at the given α, β.
