@@ -204,9 +204,12 @@ def sp_tab(plat) -> str:
     rows = [row for run in plat.runs for row in sp_rows(run)]
     ln = sorted({v for run in plat.runs for k, v in measured_counts(run)["block_sp"]["grad_placements"].items()
                  if k.startswith("ln")})
+    row_bias = sorted({v for run in plat.runs for k, v in measured_counts(run)["block_sp"]["grad_placements"].items()
+                       if k in ("attn.o.bias", "mlp.fc2.bias")})
     return (shapes(plat) + results.markdown_table(
         ["t", "block", "forward", "backward", "각 collective 의 S / (b·s·h·4)", "rank 당 ring bytes", "unsharded 와 max |차|"],
-        rows) + f"\n\nSP block 의 LayerNorm gradient placement: {ln}")
+        rows) + f"\n\nSP block 의 LayerNorm gradient placement: {ln}"
+        + f"\n\nSP block 의 row-parallel bias (attn.o, mlp.fc2) gradient placement: {row_bias}")
 
 
 # --------------------------------------------------------------------------- measured GEMM efficiency (gemm_bench)

