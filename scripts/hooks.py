@@ -77,7 +77,7 @@ KIND_KO = {"definition": "정의", "theorem": "정리", "lemma": "보조정리",
 # matching the globs) plus the generated pages; links to pages left out are reported at INFO level
 # instead of failing the strict build. Never set in CI or `make build`.
 BOOK_ONLY = [g.strip() for g in os.environ.get("BOOK_ONLY", "").split(",") if g.strip()]
-_ALWAYS = {"index.md", "notation.md", "glossary.md", "theorems.md", "exercises.md", "verification.md", "thresholds.md", "cheatsheet.md", "references.md"}
+_ALWAYS = {"index.md", "notation.md", "glossary.md", "theorems.md", "exercises.md", "verification.md", "thresholds.md", "cheatsheet.md", "references.md", "course-map.md"}
 
 
 # BOOK_ONLY_BARE=1 (with BOOK_ONLY): the landing page and the matching pages only, no generated page
@@ -292,7 +292,7 @@ def on_config(config, **kwargs):
             items.append({f"Ch{ch.number} 실습 노트북": ch.lab_path})
         if items:
             nav.append({f"Ch{ch.number} {ch.title.split(' ')[0]}": items})
-    nav += [{t: f} for t, f in (("정리 색인", "theorems.md"), ("문제 색인", "exercises.md"), ("계산기", "calculators.md"),
+    nav += [{t: f} for t, f in (("정리 색인", "theorems.md"), ("문제 색인", "exercises.md"), ("계산기", "calculators.md"), ("수업 지도", "course-map.md"),
                                  ("요약 카드", "cheatsheet.md"), ("숨는 조건 τ*", "thresholds.md"), ("검증 방식", "verification.md"),
                                  ("참고문헌", "references.md")) if here(f)]
     config["nav"] = nav
@@ -475,7 +475,8 @@ def _mark_dirty_pages(files, config) -> None:
     """`mkdocs serve --dirty` (make serve) rebuilds only pages whose file is newer than its HTML. A page
     also counts as changed when its cells would run again (a snippet, results file or version changed),
     a lab when its notebook was executed again; the generated pages always are (they read every page)."""
-    generated = {"index.md", "theorems.md", "references.md", "notation.md", "glossary.md", "exercises.md", "cheatsheet.md"}
+    generated = {"index.md", "theorems.md", "references.md", "notation.md", "glossary.md", "exercises.md", "cheatsheet.md",
+                 "course-map.md"}
     for f in files.documentation_pages():
         changed = f.src_uri in generated
         if not changed and f.src_uri.endswith("lab.py"):
@@ -693,6 +694,53 @@ def _exercise_index() -> str:
     return "\n".join(out)
 
 
+CALC_HEADING = re.compile(r"^## (.*\(Ch\d[^)]*\).*)$", re.M)
+
+
+def _calculators_by_chapter() -> dict[int, list[tuple[str, str]]]:
+    """Chapter number -> [(calculator heading, its anchor)] read from docs/calculators.md: a calculator
+    belongs to every chapter its heading names ('(Ch5 모델 상태 + Ch6 activation)')."""
+    from snippets.slugs import slugify
+
+    out: dict[int, list[tuple[str, str]]] = {}
+    text = (book.DOCS / "calculators.md").read_text(encoding="utf-8")
+    for m in CALC_HEADING.finditer(text):
+        title = m.group(1).strip()
+        for n in dict.fromkeys(re.findall(r"Ch(\d)", title)):
+            out.setdefault(int(n), []).append((title, slugify(title, "-")))
+    return out
+
+
+def _course_map(graders: dict[str, str] | None = None) -> str:
+    """For an instructor planning a week: per chapter its pages (reading time), exercises by stable anchor,
+    its lab with the command that runs it, and the calculators that use its formulas. The assignment's
+    autograder command comes from book.GRADERS (chapter folder -> command): a chapter with an entry gets a
+    '과제 채점' line; none is listed until an autograder exists (the hook for adding it later)."""
+    graders = book.GRADERS if graders is None else graders
+    calcs = _calculators_by_chapter()
+    out = []
+    for ch in book.CHAPTERS:
+        out.append(f"## Chapter {ch.number}: {ch.title}\n")
+        rows = ["| 문서 | 읽는 시간 | 문제 (anchor, 종류) |", "|---|---|---|"]
+        for d in ch.docs:
+            if not d.written:
+                continue
+            text = (book.DOCS / d.path).read_text(encoding="utf-8")
+            ex = "<br>".join(f"[{a}]({d.path}#{a}) {m.group(2)}" for m in EXERCISE.finditer(text)
+                             for a in [exercise_anchor(d.path, m.group(1))])
+            rows.append(f"| [{book.key(d)} {d.title}]({d.path}) | {book.reading_minutes(d)} 분 | {ex} |")
+        out += rows + [""]
+        if (book.DOCS / ch.lab_path).exists():
+            out.append(f"**실습.** [Chapter {ch.number} 실습 노트북]({ch.lab_path}) — 저장소에서 `make setup` 뒤 이렇게 실행합니다.\n")
+            out.append(f"```bash\n.venv/bin/jupytext --to ipynb --execute docs/{ch.lab_path} -o {ch.folder}-lab.ipynb\n```\n")
+        if ch.folder in graders:
+            out.append(f"**과제 채점.** `{graders[ch.folder]}`\n")
+        if calcs.get(ch.number):
+            links = ", ".join(f"[{t}](calculators.md#{a})" for t, a in calcs[ch.number])
+            out.append(f"**계산기.** {links}\n")
+    return "\n".join(out)
+
+
 PINNED = re.compile(r"^## 📌[^\n]*\n(.*?)(?=^## |\Z)", re.S | re.M)
 MD_LINK_TARGET = re.compile(r"\]\((?!https?:|#)([^)\s]+)\)")
 
@@ -722,6 +770,7 @@ GENERATED = {
     "<!-- book:cheatsheets -->": _cheatsheets,
     "<!-- book:tour -->": _tour,
     "<!-- book:exercise-index -->": _exercise_index,
+    "<!-- book:course-map -->": _course_map,
     "<!-- book:glossary -->": _glossary,
     "<!-- book:theorem-index -->": _theorem_index,
     "<!-- book:references -->": _references_block,

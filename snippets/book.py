@@ -227,3 +227,9 @@ TOUR: tuple[tuple[str, ...], ...] = (
     ("Ch3-03", "Ch3-04"), ("Ch3-05", "Ch4-01"), ("Ch4-02", "Ch4-03"), ("Ch4-04", "Ch5-01"),
     ("Ch5-02", "Ch5-03"), ("Ch5-04", "Ch5-05"), ("Ch6-01", "Ch6-02"), ("Ch6-04", "Ch7-01"),
 )
+
+
+# The course map (docs/course-map.md, scripts/hooks.py:_course_map) lists each chapter's assignment autograder
+# command from here: chapter folder -> shell command. Empty until an autograder exists; a chapter with an entry
+# gets its "과제 채점" line on the generated page, and tests/test_course_map.py checks it appears.
+GRADERS: dict[str, str] = {}
