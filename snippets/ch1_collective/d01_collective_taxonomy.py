@@ -396,11 +396,11 @@ def usage_bytes(psi: float, n: int, elem: int = 2, moe_tokens: int = 4096, moe_h
     g = psi * elem  # one copy of the parameters (or gradients) in bytes
     moe = moe_tokens * moe_topk * moe_hidden * elem
     uses = [
-        ("DDP 생성", "broadcast", "rank 0 의 파라미터/buffer (fp32)", psi * 4, 1),
+        ("DDP 생성", "broadcast", "rank 0 의 parameter/buffer (fp32)", psi * 4, 1),
         ("DDP backward", "all_reduce", "gradient bucket 전체", g, 1),
         ("ZeRO-2 backward", "reduce_scatter", "gradient → 자기 shard", g, 1),
-        ("ZeRO-2 step 뒤", "all_gather", "갱신된 파라미터 shard", g, 1),
-        ("ZeRO-3/FSDP forward+backward", "all_gather", "파라미터 (forward, backward 에 한 번씩)", g, 2),
+        ("ZeRO-2 step 뒤", "all_gather", "갱신된 parameter shard", g, 1),
+        ("ZeRO-3/FSDP forward+backward", "all_gather", "parameter (forward, backward 에 한 번씩)", g, 2),
         ("ZeRO-3/FSDP backward", "reduce_scatter", "gradient → 자기 shard", g, 1),
         ("MoE layer (forward)", "all_to_all", "token dispatch + combine", moe, 2),
     ]

@@ -15,7 +15,7 @@ def test_trace_lemma_invariant_and_final_state():
     n = 4
     trace = page.ring_trace(n)
     for phase, k, state, _ in trace[1:n]:
-        assert phase == "reduce-scatter"
+        assert phase == "ReduceScatter"
         for r in range(n):
             want = "+".join(str(i) for i in sorted((r - j) % n for j in range(k + 1)))
             assert page.contributors(state[r, (r - k) % n], n) == want
@@ -216,7 +216,7 @@ def test_allgather_received_chunks_are_r_down_to_r_minus_n_plus_2(n):
     """Proof of Theorem 1.3.5 (a): during the all-gather rank r receives chunks r, r−1, …, r−N+2 (N−1 chunks),
     read from the trace's sends (rank r receives what rank r−1 sends), and with its own chunk r+1 that is all of Z_N."""
     trace = page.ring_trace(n)
-    ag = [sends for phase, _, _, sends in trace if phase == "all-gather"]
+    ag = [sends for phase, _, _, sends in trace if phase == "AllGather"]
     for r in range(n):
         got = [int(s[(r - 1) % n]) for s in ag]
         assert got == [(r - k) % n for k in range(n - 1)]
