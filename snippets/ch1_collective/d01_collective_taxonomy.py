@@ -214,13 +214,17 @@ def ring_traffic(ns=(2, 3, 4, 8, 16, 64, 256), c: int = 4, seed: int = 0) -> lis
 
 def usage_simulated(psi: int, n: int) -> dict[str, int]:
     """Per-rank bytes sent, max over ranks, when the ring simulators above run the three
-    gradient/parameter schemes on real 2-byte (int16) arrays of psi elements (psi divisible by n)."""
+    gradient/parameter schemes on real 2-byte (int16) arrays of psi elements (psi divisible by n).
+    DP's AllReduce runs on Ch1-03's ring_allreduce, a separately written ring, not on RS + AG here."""
+    from snippets.ch1_collective.d03_ring_allreduce import ring_allreduce
+
     rng = np.random.default_rng(0)
     grads = rng.integers(-3, 3, size=(n, psi)).astype(np.int16)
+    _, ar, _, _ = ring_allreduce(grads)               # DP: one AllReduce
     shards, rs = ring_reduce_scatter(grads)          # gradient reduce-scatter
     _, ag = ring_all_gather(shards)                   # all-gather (of the sums, or of updated params)
     _, ag_p = ring_all_gather(grads[:, : psi // n])   # a parameter all-gather from 1/N shards
-    return {"DP (all_reduce)": int((rs + ag).max()), "ZeRO-2 (RS + AG)": int((rs + ag).max()),
+    return {"DP (all_reduce)": int(ar.max()), "ZeRO-2 (RS + AG)": int((rs + ag).max()),
             "ZeRO-3 (2·AG + RS)": int((2 * ag_p + rs).max())}
 
 
@@ -392,11 +396,11 @@ def usage_bytes(psi: float, n: int, elem: int = 2, moe_tokens: int = 4096, moe_h
     g = psi * elem  # one copy of the parameters (or gradients) in bytes
     moe = moe_tokens * moe_topk * moe_hidden * elem
     uses = [
-        ("DDP 생성", "broadcast", "rank 0 의 파라미터/buffer (fp32)", psi * 4, 1),
+        ("DDP 생성", "broadcast", "rank 0 의 parameter/buffer (fp32)", psi * 4, 1),
         ("DDP backward", "all_reduce", "gradient bucket 전체", g, 1),
         ("ZeRO-2 backward", "reduce_scatter", "gradient → 자기 shard", g, 1),
-        ("ZeRO-2 step 뒤", "all_gather", "갱신된 파라미터 shard", g, 1),
-        ("ZeRO-3/FSDP forward+backward", "all_gather", "파라미터 (forward, backward 에 한 번씩)", g, 2),
+        ("ZeRO-2 step 뒤", "all_gather", "갱신된 parameter shard", g, 1),
+        ("ZeRO-3/FSDP forward+backward", "all_gather", "parameter (forward, backward 에 한 번씩)", g, 2),
         ("ZeRO-3/FSDP backward", "reduce_scatter", "gradient → 자기 shard", g, 1),
         ("MoE layer (forward)", "all_to_all", "token dispatch + combine", moe, 2),
     ]

@@ -61,11 +61,11 @@ def ring_trace(n: int = 4):
     for t in range(n - 1):
         idx = (ranks - t) % n
         data[nxt, idx] += data[ranks, idx]
-        trace.append(("reduce-scatter", t + 1, data.copy(), idx.copy()))
+        trace.append(("ReduceScatter", t + 1, data.copy(), idx.copy()))
     for t in range(n - 1):
         idx = (ranks + 1 - t) % n
         data[nxt, idx] = data[ranks, idx]
-        trace.append(("all-gather", t + 1, data.copy(), idx.copy()))
+        trace.append(("AllGather", t + 1, data.copy(), idx.copy()))
     return trace
 
 

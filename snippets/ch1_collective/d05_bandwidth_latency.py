@@ -45,7 +45,7 @@ def _log2(n):
 # What gloo runs for each torch.distributed call the benchmark makes (S as in nccl-tests).
 GLOO_MODELS = {
     "all_reduce": CollectiveModel(
-        "all_reduce", "ring (reduce-scatter + all-gather)",
+        "all_reduce", "ring (ReduceScatter + AllGather)",
         lambda n: 2 * (n - 1), lambda n: 2 * (n - 1) / n, "gloo/allreduce.cc ring()"),
     "reduce_scatter": CollectiveModel(
         "reduce_scatter", "전체 all_reduce 후 자기 블록 복사",
@@ -66,10 +66,10 @@ GLOO_MODELS = {
 # point-to-point sends to every peer, counted in the single-port model as N − 1 steps.
 NCCL_MODELS = {
     "all_reduce": CollectiveModel(
-        "all_reduce", "ring (reduce-scatter + all-gather)",
+        "all_reduce", "ring (ReduceScatter + AllGather)",
         lambda n: 2 * (n - 1), lambda n: 2 * (n - 1) / n, "NCCL ring AllReduce"),
     "reduce_scatter": CollectiveModel(
-        "reduce_scatter", "ring reduce-scatter", lambda n: n - 1, lambda n: (n - 1) / n, "NCCL ring ReduceScatter"),
+        "reduce_scatter", "ring ReduceScatter", lambda n: n - 1, lambda n: (n - 1) / n, "NCCL ring ReduceScatter"),
     "all_gather": CollectiveModel(
         "all_gather", "ring", lambda n: n - 1, lambda n: (n - 1) / n, "NCCL ring AllGather"),
     "broadcast": CollectiveModel(
@@ -87,7 +87,7 @@ def models_for(result) -> dict[str, CollectiveModel]:
 
 # The textbook ring reduce-scatter, which gloo does NOT run (half of a ring AllReduce).
 RING_REDUCE_SCATTER = CollectiveModel(
-    "reduce_scatter", "ring reduce-scatter (교과서)", lambda n: n - 1, lambda n: (n - 1) / n,
+    "reduce_scatter", "ring ReduceScatter (교과서)", lambda n: n - 1, lambda n: (n - 1) / n,
     "Thakur et al. 2005")
 # --8<-- [end:models]
 
@@ -369,7 +369,7 @@ def gap_figure(result) -> str:
     ax.loglog([r["bytes"] for r in big], [r["shm_ceiling"] for r in big], "k:",
               label="shm 상한 = memcpy × 2(N−1)/N ÷ 메모리 통과 수 (S ≥ 1 MiB)")
     if all(r["ds_shm"] for r in rows):
-        ax.loglog(s, [r["ds_shm"] for r in rows], "o-", label="DeepSpeed shm all-reduce busbw")
+        ax.loglog(s, [r["ds_shm"] for r in rows], "o-", label="DeepSpeed shm AllReduce busbw")
     ax.loglog(s, [r["gloo"] for r in rows], "s-", label="gloo all_reduce busbw")
     ax.set_xlabel("메시지 크기 S (bytes)")
     ax.set_ylabel("GB/s")

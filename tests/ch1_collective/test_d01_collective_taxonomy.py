@@ -7,7 +7,6 @@ import pytest
 
 from snippets import results
 from snippets.ch1_collective import d01_collective_taxonomy as page
-from snippets.common.alphabeta import BUSBW_FACTOR
 from tests.conftest import ROOT, cell_budget
 
 
@@ -100,7 +99,15 @@ def test_ring_halves_move_n_minus_1_over_n_each():
         assert r["correct"]
         assert r["rs_max"] == r["rs_min"] == r["ag_max"] == r["ag_min"] == r["half"]
         assert r["rs_max"] + r["ag_max"] == r["ring_allreduce"]
-        assert r["half"] == pytest.approx(BUSBW_FACTOR["reduce_scatter"](r["N"]) * r["S"])
+    # a second ring, written separately (Ch1-03's ring_allreduce, np.array_split chunks), sends
+    # per rank exactly what the two halves above send together
+    from snippets.ch1_collective.d03_ring_allreduce import ring_allreduce
+    for n in (2, 3, 8):
+        x = np.random.default_rng(n).integers(-100, 100, size=(n, n * 4)).astype(np.int32)
+        _, rs = page.ring_reduce_scatter(x)
+        _, ag = page.ring_all_gather(page.ring_reduce_scatter(x)[0])
+        _, sent, _, _ = ring_allreduce(x)
+        assert np.array_equal(sent, rs + ag)
 
 
 def test_ring_schedules_have_the_stated_owner():
@@ -283,10 +290,21 @@ def test_usage_simulated_equals_formula(psi, n):
     assert sim == {k: pytest.approx(v) for k, v in formula.items()}
 
 
-def test_usage_all_reduce_equals_rs_plus_ag():
-    rows = {r["use"]: r for r in page.usage_bytes(7e9, 8)}
-    assert rows["DDP backward"]["sent_per_rank"] == pytest.approx(
-        rows["ZeRO-2 backward"]["sent_per_rank"] + rows["ZeRO-2 step 뒤"]["sent_per_rank"])
+@pytest.mark.parametrize("psi,n", [(8000, 8), (999 * 4, 4), (7 * 10, 7)])
+def test_usage_all_reduce_equals_rs_plus_ag(psi, n):
+    """The usage table's DDP row (one AllReduce) sends what its ZeRO-2 rows (RS + AG) send, and
+    each row is what a ring that moves real int16 arrays sends: the AllReduce row against Ch1-03's
+    ring_allreduce, the two halves against this page's ring RS/AG simulators."""
+    from snippets.ch1_collective.d03_ring_allreduce import ring_allreduce
+
+    rows = {r["use"]: r for r in page.usage_bytes(psi, n)}
+    grads = np.random.default_rng(1).integers(-3, 3, size=(n, psi)).astype(np.int16)
+    _, ar_sent, _, _ = ring_allreduce(grads)
+    shards, rs_sent = page.ring_reduce_scatter(grads)
+    _, ag_sent = page.ring_all_gather(shards)
+    assert rows["DDP backward"]["sent_per_rank"] == pytest.approx(int(ar_sent.max()))
+    assert rows["ZeRO-2 backward"]["sent_per_rank"] == pytest.approx(int(rs_sent.max()))
+    assert rows["ZeRO-2 step 뒤"]["sent_per_rank"] == pytest.approx(int(ag_sent.max()))
 
 
 # ---------------------------------------------------------------- the picture in §📖

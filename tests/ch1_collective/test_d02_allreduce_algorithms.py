@@ -29,11 +29,15 @@ def test_seed_errata_recursive_costs(n):
     """ERRATA 4: recursive doubling is log N·α + S log N·β; Rabenseifner 2 log N·α + 2(N−1)/N·Sβ."""
     s = 4 * n
     k = int(np.log2(n))
-    assert page.check("recursive doubling", n, count=n)["sent_max"] == k * s
+    rd = page.check("recursive doubling", n, count=n)
+    assert rd["sent_max"] == k * s
     r = page.check("Rabenseifner", n, count=n)
     assert r["steps"] == 2 * k and r["sent_max"] == 2 * (n - 1) * s // n
-    assert ab.recursive_doubling_time(n, s, 1.0, 1.0) == k + k * s
-    assert ab.rabenseifner_time(n, s, 1.0, 1.0) == pytest.approx(2 * k + 2 * (n - 1) / n * s)
+    # the shared cost functions against the simulators: α counts their steps, β their busiest rank's bytes
+    assert ab.recursive_doubling_time(n, s, 1.0, 0.0) == rd["steps"]
+    assert ab.recursive_doubling_time(n, s, 0.0, 1.0) == rd["sent_max"]
+    assert ab.rabenseifner_time(n, s, 1.0, 0.0) == r["steps"]
+    assert ab.rabenseifner_time(n, s, 0.0, 1.0) == pytest.approx(r["sent_max"])
 
 
 def test_double_binary_tree_bytes_and_model_is_a_lower_envelope():
@@ -150,15 +154,34 @@ def test_exercise1_crossover():
     assert ab.recursive_doubling_time(n, s_star, a, b) == pytest.approx(ab.rabenseifner_time(n, s_star, a, b))
 
 
+# NCCL 2.30.7 (NVIDIA/nccl 5067397c2676d5aed50042fc39e5c8ee96eb0027), src/graph/tuning.cc, ncclTopoTuneModel,
+# lines 330-331 and 378-380, copied verbatim: the tree AllReduce refinement and the busBw → algBw conversion.
+NCCL_2_30_7_TUNING_CC = """
+        if (a == NCCL_ALGO_TREE && coll == ncclFuncAllReduce)
+          busBw = std::min(busBw * .92, graphs[a]->nChannels * perChMaxTreeBw);
+          float ratio = 1.0f;
+          if (a == NCCL_ALGO_RING || a == NCCL_ALGO_NVLS || a == NCCL_ALGO_NVLS_TREE) ratio *= (1.0 * nRanks) / nsteps;
+          else ratio *= .5;
+"""
+
+
 @pytest.mark.parametrize("nodes", [2, 4, 16])
 def test_exercise_3b_nccl_ratio_is_not_n_over_n_minus_1(nodes):
-    """Exercise 3(b): NCCL 2.30.7's model (Ch1-04's model_cost, from tuning.cc) puts tree AllReduce busBw at
-    0.92× before the ½ algbw conversion, so its ring/tree bandwidth ratio is N/(N−1)/0.92, not N/(N−1) —
-    the same 0.92 Ch1-04 exercise 2 uses, so the two pages agree."""
-    from snippets.ch1_collective.d04_nccl_topology import model_cost
+    """Exercise 3(b): Ch1-04's model_cost gives the ring/tree algbw ratio that NCCL 2.30.7's tuning.cc
+    gives (factors parsed from the source lines above, with nsteps = 2(N−1) for ring AllReduce):
+    N/(N−1)/0.92, not the α-β model's N/(N−1); the same 0.92 Ch1-04 exercise 2 uses."""
+    import re
 
+    from snippets.ch1_collective.d04_nccl_topology import NCCL_SOURCE, model_cost
+
+    assert NCCL_SOURCE["version"] == "2.30.7"
+    tree_f = float(re.search(r"busBw = std::min\(busBw \* ([.\d]+), graphs\[a\]->nChannels \* perChMaxTreeBw",
+                             NCCL_2_30_7_TUNING_CC).group(1))
+    tree_ratio = float(re.search(r"else ratio \*= ([.\d]+);", NCCL_2_30_7_TUNING_CC).group(1))
+    assert "ratio *= (1.0 * nRanks) / nsteps" in NCCL_2_30_7_TUNING_CC
     n = 8 * nodes
+    nccl = (n / (2 * (n - 1))) / (tree_f * tree_ratio)
     _, b_ring = model_cost("ring", "Simple", nodes, 8, 400.0)
     _, b_tree = model_cost("tree", "Simple", nodes, 8, 400.0)
-    assert b_ring / b_tree == pytest.approx(n / (n - 1) / 0.92, rel=1e-12)
+    assert b_ring / b_tree == pytest.approx(nccl, rel=1e-12)
     assert b_ring / b_tree != pytest.approx(n / (n - 1), rel=1e-3)

@@ -15,7 +15,7 @@ def test_trace_lemma_invariant_and_final_state():
     n = 4
     trace = page.ring_trace(n)
     for phase, k, state, _ in trace[1:n]:
-        assert phase == "reduce-scatter"
+        assert phase == "ReduceScatter"
         for r in range(n):
             want = "+".join(str(i) for i in sorted((r - j) % n for j in range(k + 1)))
             assert page.contributors(state[r, (r - k) % n], n) == want
@@ -216,11 +216,22 @@ def test_allgather_received_chunks_are_r_down_to_r_minus_n_plus_2(n):
     """Proof of Theorem 1.3.5 (a): during the all-gather rank r receives chunks r, r−1, …, r−N+2 (N−1 chunks),
     read from the trace's sends (rank r receives what rank r−1 sends), and with its own chunk r+1 that is all of Z_N."""
     trace = page.ring_trace(n)
-    ag = [sends for phase, _, _, sends in trace if phase == "all-gather"]
+    ag = [sends for phase, _, _, sends in trace if phase == "AllGather"]
     for r in range(n):
         got = [int(s[(r - 1) % n]) for s in ag]
         assert got == [(r - k) % n for k in range(n - 1)]
         assert sorted(got + [(r + 1) % n]) == list(range(n))
+
+
+# nccl-tests 2.19.6 (NVIDIA/nccl-tests a0b82b2260cf5152b9f8c061bbf7eaf0ba096432), the `double factor = ...;`
+# right-hand side of each src/<op>.cu *GetBw, copied verbatim.
+NCCL_TESTS_2_19_6_FACTOR = {
+    "all_reduce": "((double)(2*(nranks - 1)))/((double)nranks)",       # src/all_reduce.cu:63
+    "all_gather": "((double)(nranks - 1))/((double)nranks)",           # src/all_gather.cu:42
+    "reduce_scatter": "((double)(nranks - 1))/((double)nranks)",       # src/reduce_scatter.cu:41
+    "all_to_all": "((double)(nranks-1))/((double)(nranks))",           # src/alltoall.cu:52
+    "broadcast": "1",                                                  # src/broadcast.cu:38
+}
 
 
 def test_exercise_3c_names_only_nccl_tests_busbw_factors():
@@ -233,5 +244,10 @@ def test_exercise_3c_names_only_nccl_tests_busbw_factors():
     assert "(n+1)" not in sol and "(N+1)" not in sol
     for factor in ("$2(n-1)/n$", "$(n-1)/n$"):
         assert factor in sol
-    values = {round(f(8), 12) for f in ab.BUSBW_FACTOR.values()}
-    assert values == {round(2 * 7 / 8, 12), round(7 / 8, 12), 1.0}
+    # BUSBW_FACTOR against nccl-tests' own *GetBw factors, evaluated from its source text
+    for op, expr in NCCL_TESTS_2_19_6_FACTOR.items():
+        for n in (2, 3, 8, 64):
+            c_value = eval(expr.replace("(double)", ""), {}, {"nranks": n})  # noqa: S307 (quoted C text)
+            assert ab.BUSBW_FACTOR[op](n) == pytest.approx(c_value, rel=1e-15), (op, n)
+    assert {round(f(8), 12) for f in ab.BUSBW_FACTOR.values()} == \
+        {round(eval(e.replace("(double)", ""), {}, {"nranks": 8}), 12) for e in NCCL_TESTS_2_19_6_FACTOR.values()}

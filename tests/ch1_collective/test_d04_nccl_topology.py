@@ -112,12 +112,19 @@ def test_figure_and_cells_are_fast():
 # ---------------------------------------------------------------- experiment 2: selection
 
 def test_selection_is_the_argmin_of_predicted_times():
-    sizes = np.logspace(2, 10, 60)
+    """select() (argmin over a size grid) agrees with switch_points(), a second implementation that
+    walks the lower envelope of the six affine costs exactly: just below and above every switch
+    point select() picks the pairs the walk reports, and on each segment between them one pair."""
     for nodes in (1, 2, 4, 16, 64):
-        times = page.predicted_times(sizes, nodes)
-        chosen = page.select(sizes, nodes)
-        for i, pair in enumerate(chosen):
-            assert times[pair][i] == min(t[i] for t in times.values())
+        pts = page.switch_points(nodes, bus_GBps=400.0)
+        assert pts
+        for x, lo, hi in pts:
+            assert page.select([x * (1 - 1e-6), x * (1 + 1e-6)], nodes) == [lo, hi]
+        edges = [2.0 ** 6] + [x for x, _, _ in pts] + [2.0 ** 34]
+        pairs = [pts[0][1]] + [hi for _, _, hi in pts]
+        for (a, b), pair in zip(zip(edges, edges[1:]), pairs):
+            inside = np.geomspace(a, b, 9)[1:-1]
+            assert page.select(inside, nodes) == [pair] * len(inside)
 
 
 def test_cost_is_ncclTopoGetAlgoTime_form():
