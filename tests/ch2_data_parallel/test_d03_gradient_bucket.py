@@ -135,35 +135,36 @@ def test_overlap_timeline_claims():
 
 
 def test_tradeoff_prediction_terms():
-    """Experiment 4 / corollary 2.3.6: the α term grows with k; one bucket hides nothing; CPU result labelled."""
+    """Experiment 4: the page's statements, each against the committed results file and torch's real buckets.
+
+    The predicted tail is never 0; the caps tied at the predicted minimum share one bucket layout, and that layout
+    is the one real DDP built (experiment 2's measured layouts, not our rule); the measured ranking inverts the
+    prediction (fastest measured = one bucket = slowest predicted; slowest measured at the most buckets)."""
     run = _runs()[2]
+    m = run.measurements
     rows = page.tradeoff_rows(run)
-    f = page.fit(run.measurements, 2)
-    assert f["alpha"] > 0 and f["beta"] > 0
-    for r in rows:
-        assert r["launch_alpha"] == pytest.approx(2 * 1 * r["buckets"] * f["alpha"])
-        assert r["no_overlap"] >= r["step"]
-    one = [r for r in rows if r["buckets"] == 1]
-    assert one and all(0 <= r["exposed"] <= r["comm_total"] for r in one)
-    assert max(r["exposed"] for r in rows) == max(r["exposed"] for r in one)  # one bucket: the longest tail
-    assert {r["buckets"] for r in rows if r["cap"] in (8, 16)} == {1}
-    ks = sorted({(r["buckets"], r["launch_alpha"]) for r in rows})
-    assert all(a[1] < b[1] for a, b in zip(ks, ks[1:]))
-    assert run.hardware["kind"] == "cpu" and "CPU" in run.label
     g = page.gap_summary(run)
-    # the page: the measurement is longer than the contention-free model (the model underestimates)
-    assert g["ratio_min"] > 1.0
-    # the page: with the measured inputs T_b exceeds the last ready time, which is why one bucket's tail < its all-reduce
-    assert g["t_b"] > g["last_ready"]
-    assert all(r["exposed"] == pytest.approx(max(0.0, g["last_ready"] + r["comm_total"] - g["t_b"]))
-               for r in one)
-    # predicted minimum: the caps whose predicted step is smallest, recomputed from the rows
-    best = min(r["step"] for r in rows)
-    assert g["pred_argmin"] == [r["cap"] for r in rows if r["step"] == pytest.approx(best, rel=1e-9)]
-    # several caps can tie only by having the same bucket layout (the model's small tensors give the same k) or
-    # by hiding everything (exposed 0): otherwise the α term 2k·α breaks the tie
-    tied = [r for r in rows if r["cap"] in g["pred_argmin"]]
-    assert len(tied) == 1 or len({r["buckets"] for r in tied}) == 1 or all(r["exposed"] == 0 for r in tied)
+    assert run.hardware["kind"] == "cpu" and "CPU" in run.label
+    # "예측 꼬리가 0 이 되는 상한은 없습니다"
+    assert g["exposed_min"] > 0
+    # tied predicted minimum ⇐ same layout: check with the layouts torch's Reducer actually produced (iteration 1)
+    measured = {lay["label"]: lay["iterations"][1] for lay in m["layouts"]}
+    tied = g["pred_argmin"]
+    real = {str([sorted(b["params"]) for b in measured[f"bucket_cap_mb={c}"]]) for c in tied}
+    assert len(real) == 1 and g["argmin_same_layout"] and g["argmin_buckets"] == [len(measured[f"bucket_cap_mb={tied[0]}"])]
+    # the ranking, straight from the results file's measured step medians
+    sweep = {s["bucket_cap_mb"]: s["step_median_s"] for s in m["timing"]["sweep"]}
+    fastest = min(sweep, key=sweep.get)
+    slowest = max(sweep, key=sweep.get)
+    n_buckets = {c: len(measured["bucket_cap_mb=None" if c is None else f"bucket_cap_mb={c}"]) for c in sweep}
+    assert n_buckets[fastest] == 1  # fastest measured: one bucket, no overlap
+    assert fastest in g["pred_argmax"]  # … the cap the model predicts slowest
+    assert n_buckets[slowest] == max(n_buckets.values()) and slowest in g["pred_argmin"]
+    assert g["corr"] < 0
+    assert all(x["measured"] > x["step"] for x in rows)  # and every measurement is longer than predicted
+    # the fit's residual the page points to is printed from the same fit
+    f = page.fit(m, 2)
+    assert f["alpha"] > 0 and f["beta"] > 0 and max(abs(f["rel_residuals"])) > 0.1
 
 
 def test_cells_are_fast():
