@@ -346,3 +346,26 @@ def test_experiment_5_tab_says_when_a_hardware_has_no_single_device_run():
     d["hardware"]["world_size"] = 2
     (plat,) = results.platforms([results.Result(run.path, d)])
     assert "한 장치의 timeline (world size 1) 이 없습니다 (있는 N: 2)" in page.anatomy_tab(plat)
+
+
+def test_gradient_as_bucket_view_docstrings_of_installed_torch():
+    """Ch2-01 experiment 4, Ch2-03 실전 활용, Ch2-04: what the pages quote about DDP's gradient copy, read from the
+    installed torch at test time. Default gradient_as_bucket_view=False (a second, bucket copy of the gradients, whose
+    removal saves "the total gradients size"); zero_grad's default set_to_none=True destroys the bucket-view alias
+    every iteration (batched_grad_copy's docstring), so the view alone does not avoid the copy."""
+    import inspect
+    import re
+
+    from torch.nn.parallel import distributed as ddp_mod
+
+    doc = " ".join(ddp_mod.DistributedDataParallel.__doc__.split())
+    sig = inspect.signature(ddp_mod.DistributedDataParallel.__init__).parameters
+    assert sig["gradient_as_bucket_view"].default is False
+    assert inspect.signature(torch.optim.Optimizer.zero_grad).parameters["set_to_none"].default is True
+    assert re.search(r"gradient_as_bucket_view \(bool\): When set to ``True``, gradients will be views .*? saved memory "
+                     r"size will be equal to the total gradients size", doc)
+    assert re.search(r"batched_grad_copy \(bool\):.*?``optimizer.zero_grad\(set_to_none=True\)`` \(the default\), where "
+                     r"``gradient_as_bucket_view`` alone cannot avoid copies because the bucket view alias is destroyed "
+                     r"every iteration", doc)
+    page03 = (Path(__file__).resolve().parents[2] / "docs" / "ch2-data-parallel" / "03-gradient-bucket.md").read_text()
+    assert "alias is destroyed every iteration" in page03 and "the total gradients size" in page03
