@@ -59,7 +59,20 @@ def test_default_first_bucket_is_one_mib():
 
     assert _BucketCapacityConfig.create(None, None, False).first_bucket_bytes_cap == MIB
     assert _BucketCapacityConfig.create(4, None, False).first_bucket_bytes_cap == 4 * MIB
-    assert ddp_limits(None) == [MIB, 25 * MIB] and ddp_limits(4) == [4 * MIB]
+    # the book's ddp_limits against torch's own config: [first_bucket_bytes_cap, bucket_bytes_cap] (what the Reducer's
+    # rebuild uses), and the same buckets as torch's assignment with those limits
+    from torch.nn.parallel import distributed as ddp_mod
+
+    assert ddp_mod._DEFAULT_BUCKET_CAP_MB * ddp_mod._MB_TO_BYTES == 25 * MIB
+    rng = np.random.default_rng(3)
+    for cap in (None, 4, 0.25, 2):
+        c = _BucketCapacityConfig.create(cap, None, False)
+        assert ddp_limits(cap) == c.compute_bucket_size_limits(False, True)[0]
+        assert ddp_limits(cap)[0] == c.first_bucket_bytes_cap and ddp_limits(cap)[-1] == c.bucket_bytes_cap
+        numels = rng.integers(1, 400_000, size=30)
+        want, _ = dist._compute_bucket_assignment_by_size([torch.empty(int(x)) for x in numels],
+                                                          [c.first_bucket_bytes_cap, c.bucket_bytes_cap], [False] * 30)
+        assert assign_buckets(4 * numels, ddp_limits(cap)) == want
     # iteration 0 is one bucket unless find_unused_parameters (compute_bucket_size_limits)
     cfg = _BucketCapacityConfig.create(None, None, False)
     assert cfg.compute_bucket_size_limits(False, False)[0][0] > 2**40
@@ -111,8 +124,22 @@ def test_closed_form_equals_queue_theorem_235():
         assert pipe["end"][-1] == pytest.approx(closed, rel=1e-12)
         e = pipe["end"][-1] * (1 + 1e-12)
         assert e >= ready[-1] + c[-1] and e >= ready[0] + c.sum()
-        # corollary 2.3.6: Σc = 2(N−1)kα + 2(N−1)/N·Sβ
-        assert c.sum() == pytest.approx(2 * (n - 1) * k * alpha + 2 * (n - 1) / n * sizes.sum() * beta)
+
+
+def test_corollary_236_sum_against_ch1_ring_simulator():
+    """Corollary 2.3.6: Σ_i T_ring(N, S_i) = 2(N−1)kα + 2(N−1)/N·Sβ, checked against Ch1's ring *simulator*
+    (it runs the schedule and times the steps it took), not against the ring formula."""
+    from snippets.ch1_collective.d02_allreduce_algorithms import ring
+
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        n, k = int(rng.integers(2, 9)), int(rng.integers(1, 6))
+        counts = n * rng.integers(1, 50, size=k)  # elements, divisible by n: chunks are exact
+        alpha, beta = rng.uniform(1e-6, 1e-3), rng.uniform(1e-10, 1e-8)
+        sims = [ring(rng.standard_normal((n, int(c))).astype(np.float32)) for c in counts]
+        total = sum(s.time(alpha, beta) for s in sims)
+        assert total == pytest.approx(2 * (n - 1) * k * alpha + 2 * (n - 1) / n * float(4 * counts.sum()) * beta)
+        assert ab.ring_allreduce_time(n, 4 * counts, alpha, beta).sum() == pytest.approx(total)
 
 
 def test_overlap_timeline_claims():
