@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from snippets import results
-from snippets.common.zero_memory import zero_memory_bytes
+from snippets.common.zero_memory import GRAD_BYTES, zero_memory_bytes
 
 
 # --8<-- [start:identity]
@@ -125,7 +125,10 @@ def equivalence_tab(plat) -> str:
 
 # --8<-- [start:memory]
 def replication_rows(psi: float, ns=(1, 8, 64, 1024), k: float = 12) -> list[dict]:
-    """Model-state bytes of plain DP (ZeRO stage 0): every rank holds (2 + 2 + K)ψ, whatever N is."""
+    """Model-state bytes of plain DP (ZeRO stage 0): every rank holds (2 + 2 + K)ψ, whatever N is.
+
+    `ddp_bucket`: PyTorch DDP's flat buckets with the default gradient_as_bucket_view=False hold a second copy
+    of the gradients (same dtype, so the gradient term again); the ZeRO accounting leaves it out."""
     return [{"N": n, "per_rank": zero_memory_bytes(psi, n, 0, k), "cluster": n * zero_memory_bytes(psi, n, 0, k),
-             "unique": zero_memory_bytes(psi, 1, 0, k)} for n in ns]
+             "unique": zero_memory_bytes(psi, 1, 0, k), "ddp_bucket": GRAD_BYTES * psi} for n in ns]
 # --8<-- [end:memory]

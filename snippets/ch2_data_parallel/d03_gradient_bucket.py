@@ -185,7 +185,7 @@ def predict_step(m: dict, n: int, cap, alpha: float, beta: float) -> dict:
     b_ready = bucket_ready_times([ready[k] for k in order], buckets)
     pipe = bucket_pipeline(b_ready, b_sizes, n, alpha, beta, loc["backward_s"])
     step = loc["forward_s"] + loc["backward_s"] + pipe["exposed"] + loc["optimizer_s"]
-    return {"buckets": len(buckets), "comm_total": pipe["comm_total"], "launch_alpha": pipe["launch_alpha"],
+    return {"buckets": len(buckets), "layout": [[order[i] for i in b] for b in buckets], "comm_total": pipe["comm_total"], "launch_alpha": pipe["launch_alpha"],
             "exposed": pipe["exposed"], "step": step, "no_overlap": loc["forward_s"] + loc["backward_s"]
             + pipe["comm_total"] + loc["optimizer_s"]}
 # --8<-- [end:tradeoff]
@@ -235,6 +235,13 @@ def gap_summary(run) -> dict:
             "measured_spread": max(meas) / min(meas) - 1, "pred_min": min(pred), "pred_max": max(pred),
             "pred_spread": max(pred) / min(pred) - 1,
             "pred_argmin": [r["cap"] for r in rows if r["step"] <= min(pred) * (1 + 1e-9)],
+            "pred_argmax": [r["cap"] for r in rows if r["step"] >= max(pred) * (1 - 1e-9)],
+            "meas_argmin": [r["cap"] for r in rows if r["measured"] == min(meas)],
+            "meas_argmax": [r["cap"] for r in rows if r["measured"] == max(meas)],
+            "argmin_buckets": sorted({r["buckets"] for r in rows if r["step"] <= min(pred) * (1 + 1e-9)}),
+            "argmin_same_layout": len({str(r["layout"]) for r in rows if r["step"] <= min(pred) * (1 + 1e-9)}) == 1,
+            "exposed_min": min(r["exposed"] for r in rows), "exposed_max": max(r["exposed"] for r in rows),
+            "corr": float(np.corrcoef(meas, pred)[0, 1]),
             "t_b": loc["backward_s"], "last_ready": max(loc["param_ready_s"].values())}
 
 
@@ -334,7 +341,13 @@ def tradeoff_tab(plat) -> str:
                 f"{g['measured_max'] * 1e3:.3g} ms (폭 {g['measured_spread']:.0%}), 예측의 범위 {g['pred_min'] * 1e3:.3g} … "
                 f"{g['pred_max'] * 1e3:.3g} ms (폭 {g['pred_spread']:.0%}). 예측 step 이 가장 작은 상한: "
                 f"{', '.join(cap_label(c) for c in g['pred_argmin'])}; $T_b$ = {g['t_b'] * 1e3:.3g} ms, 마지막 준비 시각 "
-                f"$\\max_i T^\\text{{ready}}_i$ = {g['last_ready'] * 1e3:.3g} ms"]
+                f"$\\max_i T^\\text{{ready}}_i$ = {g['last_ready'] * 1e3:.3g} ms",
+                f"예측 exposed tail 의 범위 {g['exposed_min'] * 1e3:.3g} … {g['exposed_max'] * 1e3:.3g} ms; 예측이 가장 작은 상한들의 "
+                f"bucket 수 {', '.join(map(str, g['argmin_buckets']))}, bucket 배치가 모두 같음: **{g['argmin_same_layout']}**",
+                f"순위: 측정이 가장 빠른 상한 {', '.join(cap_label(c) for c in g['meas_argmin'])} (bucket "
+                f"{', '.join(str(r['buckets']) for r in rows if r['cap'] in g['meas_argmin'])} 개), 가장 느린 상한 "
+                f"{', '.join(cap_label(c) for c in g['meas_argmax'])}; 예측이 가장 느린 상한 "
+                f"{', '.join(cap_label(c) for c in g['pred_argmax'])}; 측정과 예측 step 의 상관계수 {g['corr']:+.2f}"]
     return "\n\n".join(out)
 # --8<-- [end:tabs]
 

@@ -3,7 +3,6 @@ import pytest
 import torch
 
 from snippets.ch2_data_parallel import lab
-from snippets.common.ddp_buckets import assign_buckets, ddp_limits
 
 pytestmark = pytest.mark.dist
 
@@ -23,10 +22,16 @@ def test_hand_ddp_bitwise_equals_torch_ddp_at_n3_and_order_matters():
     # the rebuilt buckets are the rule applied to the gradient-ready order (head first, embed last)
     names = res[0]["param_names"]
     model = lab.Net()
-    sizes = {k: p.numel() * p.element_size() for k, p in model.named_parameters()}
     flat = [k for b in res[0]["hand_buckets"] for k in b]
     assert flat[:2] == ["head.bias", "head.weight"] and flat[-1] == "embed.weight" and sorted(flat) == sorted(names)
-    want = assign_buckets([sizes[k] for k in flat], ddp_limits(lab.CAP_MB))
+    # against torch's own bucketing (C++ _compute_bucket_assignment_by_size, with the caps torch's DDP config derives
+    # from bucket_cap_mb), not against the book's assign_buckets that HandDDP itself calls
+    from torch.nn.parallel.distributed import _BucketCapacityConfig
+
+    cfg = _BucketCapacityConfig.create(lab.CAP_MB, None, False)
+    params = dict(model.named_parameters())
+    want, _ = torch.distributed._compute_bucket_assignment_by_size(
+        [params[k].detach() for k in flat], [cfg.first_bucket_bytes_cap, cfg.bucket_bytes_cap], [False] * len(flat))
     assert [[flat[i] for i in b] for b in want] == res[0]["hand_buckets"]
 
 
