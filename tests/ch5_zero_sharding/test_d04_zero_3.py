@@ -73,14 +73,21 @@ def test_token_threshold_against_measured_bytes_and_prefetch_schedule():
         t = page.layer_time(layers, t_c, t_g, True)
         assert (t == pytest.approx(t_g + layers * t_c)) is hidden
     rows = page.threshold_rows()
-    # DP's threshold, computed independently as Ch1-04 does (ring AllReduce of 2ψ bytes, α = 0, against the backward's
-    # 4ψτ FLOPs): equal to ZeRO-3's τ₃*, not ⅔ of it (its AllReduce cannot hide behind the forward)
-    from snippets.common import alphabeta as ab
+    # DP's threshold from Ch1-04's own step_budget (τ*_AR = T_comm·F/(4ψ), its 2D AllReduce on one node of N GPUs,
+    # α = 0, the page's link): equal to ZeRO-3's τ₃*, not ⅔ of it (DP's AllReduce cannot hide behind the forward)
+    from snippets.ch1_collective import d04_nccl_topology as ch1_04
 
-    psi = 1e9
     for r in rows:
-        t_ar = ab.ring_allreduce_time(r["N"], 2 * psi, 0.0, 1 / r["W"])
-        assert r["dp"] == pytest.approx(t_ar * flops / (4 * psi)) == pytest.approx(r["zero3"])
+        consts = {"alpha_intra": 0.0, "beta_intra": 1 / r["W"], "alpha_inter": 0.0, "beta_inter": 1 / r["W"]}
+        budget = {**ch1_04.BUDGET, "nodes": 1, "per_node": r["N"], "peak_flops": flops, "mfu": 1.0}
+        orig = ch1_04.hier_constants
+        try:
+            ch1_04.hier_constants = lambda: consts
+            tau_ar = ch1_04.step_budget(budget)["tau_star"]
+        finally:
+            ch1_04.hier_constants = orig
+        assert r["dp"] == pytest.approx(tau_ar) and r["zero3"] == pytest.approx(tau_ar)
+        assert r["zero3"] != pytest.approx(2 / 3 * tau_ar)
     by = {(r["W"], r["N"]): r["zero3"] for r in rows}   # the page: across nodes "about ten times" the in-node τ₃*
     assert all(10 <= by[(20e9, n)] / by[(240e9, n)] <= 13 for n in (8, 64, 512))
     assert all(by[(240e9, n)] < 1000 for n in (8, 64, 512))  # "a few hundred tokens" inside a node
