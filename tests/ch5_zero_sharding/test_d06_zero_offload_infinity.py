@@ -16,19 +16,32 @@ def test_pcie_rates_are_derived_from_lanes_and_encoding():
     assert page.pcie_x16_bytes_per_s(5) == 2 * page.pcie_x16_bytes_per_s(4) == 4 * page.pcie_x16_bytes_per_s(3)
 
 
-@pytest.mark.parametrize("n,stage", [(1, 1), (1, 2), (8, 2), (64, 2), (8, 3)])
-def test_placement_conserves_the_shared_formula(n, stage):
-    """Definition 5.6.1: offload moves bytes between GPU and host; the total is zero_memory_bytes."""
-    psi = 13e9
-    for opt in (False, True):
-        for par in ((False, True) if stage == 3 else (False,)):
-            p = page.placement_bytes(psi, n, stage, opt, par)
-            assert p["gpu"] + p["host"] == pytest.approx(zm.zero_memory_bytes(psi, n, stage))
-    off = page.placement_bytes(psi, n, 2, True)
-    assert off["gpu"] == pytest.approx(zm.PARAM_BYTES * psi)          # ZeRO-Offload: only 2ψ stays on the GPU
-    assert off["host"] == pytest.approx((zm.GRAD_BYTES + zm.K_ADAM) * psi / n)
+def test_placement_matches_the_states_deepspeed_allocated():
+    """Definition 5.6.1 against the committed offload_bench inventory (DeepSpeed 0.19.8, N = 2, every rank): the bytes
+    per parameter placement_bytes puts on GPU + host equal the bytes DeepSpeed allocated for zero2 and
+    zero3_offload_cpu; for zero2_offload_cpu DeepSpeed keeps the gradient partition in fp32 (torch's element size read
+    here), 2ψ/N more than the 16-bit count; the GPU keeps exactly the 16-bit parameters (2ψ) under ZeRO-Offload."""
+    import torch
+
+    r = _cpu_run()
+    n = r.hardware["world_size"]
+    extra = (torch.empty((), dtype=torch.float32).element_size() - zm.GRAD_BYTES) / n
+    cases = {"zero2": (2, False, False, 0.0), "zero3_offload_cpu": (3, True, True, 0.0),
+             "zero2_offload_cpu": (2, True, False, extra)}
+    for rank in range(n):
+        by = {x["config"]: x for x in page.bench_rows(r, rank)}
+        for config, (stage, opt, par, more) in cases.items():
+            inv = {e["state"]: e["bytes"] / by[config]["psi"] for e in by[config]["inventory"]}
+            p = page.placement_bytes(1.0, n, stage, opt, par)
+            assert sum(inv.values()) == pytest.approx(p["gpu"] + p["host"] + more), config
+            assert bool(by[config]["zero_optimization"].get("offload_param")) is par
+            assert bool(by[config]["zero_optimization"].get("offload_optimizer")) is opt
+        inv = {e["state"]: e["bytes"] / by["zero2_offload_cpu"]["psi"] for e in by["zero2_offload_cpu"]["inventory"]}
+        off = page.placement_bytes(1.0, n, 2, True)
+        assert off["gpu"] == pytest.approx(inv["params16"])                     # only the 16-bit parameters stay
+        assert off["host"] + extra == pytest.approx(sum(v for k, v in inv.items() if k != "params16"))
     with pytest.raises(ValueError):
-        page.placement_bytes(psi, n, 2, True, True)
+        page.placement_bytes(13e9, 8, 2, True, True)
 
 
 def test_single_gpu_memory_saving_is_8x():
