@@ -406,3 +406,39 @@ def test_experiment_5_cell_is_fast(tmp_path):
     t0 = time.perf_counter()
     results.hardware_tabs(runs, page.host_link_tab)
     assert time.perf_counter() - t0 < cell_budget()
+
+
+def test_breakeven_caveats_shared_host_and_omitted_allgather():
+    """Next to Theorem 5.6.5: (1) τ* ∝ 1/N only with a fixed host share — with one node's host bandwidth split N ways
+    the threshold found by bisection on step_times (a hardware with cpu_bw = B_host/N) is what the page prints and
+    N·τ* is not constant; (2) the omitted ZeRO-2 AllGather: its time, taken as half of Ch1's ring AllReduce (α = 0),
+    equals the compute 6ψτ/F at τ*_AG, for every ψ, and τ*_AG tends to F·e/(6·BW_gpu), not 0."""
+    from dataclasses import replace
+
+    from snippets.common import alphabeta as ab
+
+    hw = page.ASSUMED
+
+    def meet(h, n, psi=7e9):
+        lo, hi = 1.0, 1e9
+        for _ in range(200):
+            mid = (lo * hi) ** 0.5
+            t = page.step_times(psi, mid, n, h)
+            lo, hi = (mid, hi) if float(t["overlap"]) > float(t["gpu"]) * (1 + 1e-12) else (lo, mid)
+        return hi
+
+    rows = {r["N"]: r for r in page.caveat_rows()}
+    for n in (1, 2, 4, 8):
+        assert rows[n]["shared"] == pytest.approx(meet(replace(hw, cpu_bw=page.NODE_HOST_BW / n), n), rel=1e-6)
+        assert rows[n]["fixed"] == pytest.approx(meet(hw, n), rel=1e-6)
+    assert rows[8]["shared"] == pytest.approx(rows[8]["fixed"])          # a full node: the share is hw.cpu_bw
+    assert page.NODE_HOST_BW / page.NODE_N == pytest.approx(hw.cpu_bw)
+    assert rows[1]["fixed"] == pytest.approx(8 * rows[8]["fixed"])         # fixed share: exactly 1/N
+    assert rows[1]["shared"] < 4 * rows[8]["shared"]                        # shared host: far from 1/N
+    for n in (2, 8, 64):
+        for psi in (1e9, 7e10):
+            t_ag = float(ab.ring_allreduce_time(n, 2 * psi, 0.0, 1 / page.GPU_LINK_BW)) / 2
+            assert 6 * psi * rows[n]["allgather"] / hw.gpu_flops == pytest.approx(t_ag)
+    assert rows[1]["allgather"] == 0
+    assert rows[64]["allgather"] < hw.gpu_flops * 2 / (6 * page.GPU_LINK_BW) < 1.02 * rows[64]["allgather"]
+    assert all(r["allgather"] < r["fixed"] for r in rows.values())          # "smaller than τ* in this assumption"
