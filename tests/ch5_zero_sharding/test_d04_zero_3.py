@@ -294,3 +294,26 @@ def test_gpu_tab_of_zero3_memory_and_comm_reads_the_gpu_file(tmp_path, monkeypat
     r4 = next(r for r in page.memory_rows([results.read(f)]))
     total = r4["measured"]["params"] + r4["grads_after_backward"][0] + r4["measured"]["optimizer"]
     assert f"N = 4: 상주 model states = {total:,} bytes" in mem
+
+
+def test_zero_r_numbers_against_deepspeed_and_ch6_activation_model():
+    """ZeRO-R cell: C_B's bucket sizes are the installed DeepSpeed's defaults (read from a DeepSpeed engine config
+    built here, not from the snippet's helper), 16-bit bytes, independent of ψ; P_a divides by t the checkpoint bytes
+    the shared activation model (planner_3d, full recompute: the layer input) gives per layer; the fused fp32
+    buffer of the paper's §6 example is 12 GB at 3B."""
+    from deepspeed.runtime.zero.config import get_zero_config
+
+    from snippets.common import planner_3d as pl
+
+    cfg = get_zero_config({"zero_optimization": {"stage": 2}})
+    z = page.zero_r_rows()
+    assert z["buckets"] == {"reduce_bucket_size": int(cfg.reduce_bucket_size),
+                            "allgather_bucket_size": int(cfg.allgather_bucket_size)}
+    assert z["bucket_bytes"]["reduce_bucket_size"] == 2 * int(cfg.reduce_bucket_size)
+    assert z["fused_fp32"][3e9] == pytest.approx(12e9)
+    assert all(b > z["bucket_bytes"]["reduce_bucket_size"] for b in z["fused_fp32"].values())
+    ex = page.ZERO_R_EXAMPLE
+    model = pl.Model(layers=ex["layers"], hidden=ex["hidden"], heads=32, seq=ex["seq"], vocab=32000, psi=7e9)
+    per_layer = pl.layer_activation_bytes(model, ex["micro_batch"], 1, "full", pl.Assumptions())
+    assert z["ckpt_replicated"] == pytest.approx(ex["layers"] * per_layer)
+    assert z["ckpt_pa"] == pytest.approx(ex["layers"] * per_layer / ex["tp"])
