@@ -442,3 +442,28 @@ def test_breakeven_caveats_shared_host_and_omitted_allgather():
     assert rows[1]["allgather"] == 0
     assert rows[64]["allgather"] < hw.gpu_flops * 2 / (6 * page.GPU_LINK_BW) < 1.02 * rows[64]["allgather"]
     assert all(r["allgather"] < r["fixed"] for r in rows.values())          # "smaller than τ* in this assumption"
+
+
+def test_zero2_step_allgather_call_names_in_installed_sources():
+    """The caveat's call chain, read from the installed sources: DeepSpeed's ZeRO-1/2 step calls all_gather_dp_groups,
+    which reaches dist.all_gather_into_tensor (the old name); torch 2.13's FSDP2 collectives call all_gather_single."""
+    import ast
+    import inspect
+
+    import deepspeed.runtime.utils as ds_utils
+    import deepspeed.runtime.zero.stage_1_and_2 as s12
+    import torch.distributed.fsdp._fully_shard._fsdp_collectives as fc
+
+    import textwrap
+
+    def calls(obj):
+        tree = ast.parse(textwrap.dedent(inspect.getsource(obj)))
+        return {n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", None)
+                for n in ast.walk(tree) if isinstance(n, ast.Call)}
+
+    assert "all_gather_dp_groups" in calls(s12.DeepSpeedZeroOptimizer.step)
+    assert "all_gather_into_tensor_dp_groups" in calls(ds_utils.all_gather_dp_groups)
+    assert "all_gather_into_tensor" in calls(ds_utils.all_gather_into_tensor_dp_groups)
+    fsdp = calls(fc)
+    assert {"all_gather_single", "reduce_scatter_single"} <= fsdp
+    assert not {"all_gather_into_tensor", "reduce_scatter_tensor"} & fsdp
