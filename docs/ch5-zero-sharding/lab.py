@@ -21,7 +21,9 @@
 #    두 collective 모두 fp32 로 합니다. ReduceScatter + AllGather 는 논문의 $2\psi$ 로, data parallel 의 AllReduce 와 같은
 #    양입니다. DeepSpeed 0.19.8 의 기본 경로는 ReduceScatter 대신 AllReduce 를 써서 1.5 배를 보냅니다 (Ch5-02 의 정리 5.2.6).
 #    두 함수는 torch 2.13 이 권하는 이름입니다: `all_gather_into_tensor` 와 `reduce_scatter_tensor` 는 이 버전에서
-#    `FutureWarning` 과 함께 deprecated 로 표시되어 있습니다 (`torch/distributed/distributed_c10d.py`).
+#    `FutureWarning` 과 함께 deprecated 로 표시되어 있습니다 (`torch/distributed/distributed_c10d.py`). 2 단계의 FSDP2 는
+#    새 이름 (`all_gather_single`, `reduce_scatter_single`) 을 부르고, DeepSpeed 0.19.8 은 아직 옛 이름을 부릅니다
+#    (`deepspeed/comm/torch.py`, ZeRO-1/2 step 뒤의 AllGather 는 `runtime/utils.py` 의 `all_gather_into_tensor_dp_groups`).
 # 2. 같은 모델을 **FSDP2** (`torch.distributed.fsdp.fully_shard`) 로 학습합니다.
 # 3. 두 경우의 rank 당 bytes 를 `snippets/common/zero_memory.py` 의 공식과 비교합니다.
 #

@@ -303,3 +303,28 @@ def threshold_rows(flops: float = ASSUMED_FLOPS, links=None, ns=(8, 64, 512)) ->
             rows.append({"link": name, "W": w, "N": n, "zero3": z3, "dp": dp})
     return rows
 # --8<-- [end:threshold]
+
+
+# --8<-- [start:zero_r]
+# ZeRO-R (Rajbhandari et al. §6) in numbers. ASSUMED example: a 7B-like model (L = 32, h = 4096), micro-batch 8 of
+# 4096 tokens, one activation checkpoint (the 16-bit layer input, b·s·h elements) per layer, tensor parallelism t = 8.
+ZERO_R_EXAMPLE = {"layers": 32, "hidden": 4096, "seq": 4096, "micro_batch": 8, "tp": 8, "elem": 2}
+
+
+def deepspeed_bucket_defaults() -> dict[str, int]:
+    """reduce_bucket_size / allgather_bucket_size (elements) as the installed DeepSpeed's ZeRO config defines them."""
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+
+    return {k: int(DeepSpeedZeroConfig.model_fields[k].default) for k in ("reduce_bucket_size", "allgather_bucket_size")}
+
+
+def zero_r_rows(ex: dict = ZERO_R_EXAMPLE, psis=(3e9, 7e9, 70e9), elem: int = 2) -> dict:
+    """P_a: the checkpoints Megatron-style TP keeps whole on each of its t ranks, and the 1/t share with P_a.
+    C_B: DeepSpeed's constant-size buckets (elements × 16-bit bytes) next to one fused fp32 buffer of all ψ
+    gradients (the paper's 3B → 12 GB example), which grows with ψ."""
+    ckpt = ex["layers"] * ex["micro_batch"] * ex["seq"] * ex["hidden"] * ex["elem"]
+    buckets = deepspeed_bucket_defaults()
+    return {"ckpt_replicated": ckpt, "ckpt_pa": ckpt / ex["tp"], "tp": ex["tp"], "buckets": buckets,
+            "bucket_bytes": {k: v * elem for k, v in buckets.items()},
+            "fused_fp32": {psi: 4 * psi for psi in psis}}
+# --8<-- [end:zero_r]

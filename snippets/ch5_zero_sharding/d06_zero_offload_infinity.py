@@ -161,6 +161,33 @@ def infinity_efficiency(ait, bw, peak):
 # --8<-- [end:model]
 
 
+# --8<-- [start:caveats]
+NODE_HOST_BW = 200 * GB   # ASSUMED: one node's host memory bandwidth, the same 200 GB/s that ASSUMED.cpu_bw splits 8 ways
+GPU_LINK_BW = 240e9       # ASSUMED: per-GPU ring bandwidth inside a node (Ch5-04 experiment 5's NVLink assumption)
+
+
+def breakeven_tokens_shared_host(n: int, hw: Hardware = ASSUMED, host_bw: float = NODE_HOST_BW) -> float:
+    """Theorem 5.6.5's τ* when the N GPUs share one host's bandwidth (each gets host_bw / N) instead of keeping a
+    fixed share hw.cpu_bw: the CPU term F·c_A/(6·host_bw) no longer falls with N."""
+    return breakeven_tokens(n, replace(hw, cpu_bw=host_bw / n))
+
+
+def allgather_tokens(n: int, hw: Hardware = ASSUMED, gpu_link: float = GPU_LINK_BW, elem: int = PARAM_BYTES) -> float:
+    """Tokens per GPU at which ZeRO-2's GPU-side AllGather of the updated 16-bit parameters (eψ(N−1)/N bytes per
+    rank on the GPU link, after each rank copies its shard up) takes as long as the compute 6ψτ/F. Definition
+    5.6.2 leaves it out of T_off; if it is not hidden, τ* grows by this much, which tends to F·e/(6·gpu_link), not 0."""
+    return hw.gpu_flops * elem * (n - 1) / n / (6 * gpu_link)
+
+
+def caveat_rows(ns=(1, 2, 4, 8, 64), hw: Hardware = ASSUMED) -> list[dict]:
+    """Per N: τ* as the page computes it (fixed host share), τ* with one node's host bandwidth shared by N GPUs
+    (only meaningful up to one node, N ≤ 8), and the AllGather term the model omits."""
+    return [{"N": n, "fixed": breakeven_tokens(n, hw),
+             "shared": breakeven_tokens_shared_host(n, hw) if n <= NODE_N else None,
+             "allgather": allgather_tokens(n, hw)} for n in ns]
+# --8<-- [end:caveats]
+
+
 def with_link(hw: Hardware, pcie: float) -> Hardware:
     return replace(hw, pcie=pcie)
 

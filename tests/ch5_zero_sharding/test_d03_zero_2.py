@@ -29,13 +29,29 @@ def test_70b_16_numbers_and_saving_formula():
     assert rows[(70e9, 1024)]["ratio_vs_dp"] > 7.9
 
 
-def test_exercise1_syllabus_number_is_fp32_grads():
-    """Exercise 1: the syllabus's 17.5 GB is 4ψ/N (4-byte gradients), its 210 GB and 122 GB follow from it."""
+def test_exercise1_numbers_from_measured_stage2_bytes():
+    """Exercise 1, from the committed DeepSpeed stage-2 bytes (zero_bench, N = 1, 2, 4) rather than the formula: fit
+    bytes per parameter as a + b/N, scale to 70B at N = 16 (the right answer, the shared formula), then count the gradient
+    partition with torch's float32 element size instead of the measured 16-bit one: 17.5 GB, a total of 210 GB and
+    122.5 GB below ZeRO-1. The other reading of 17.5 (2ψ/N at N = 8) does not give 52.5 or 210."""
+    import torch
+
+    rows = zero1.memory_rows(2, cpu())
+    a = {r["params"] / r["psi"] for r in rows}                         # replicated bytes per parameter
+    b = {(r["grads_rest"] + r["optimizer"]) * r["N"] / r["psi"] for r in rows if r["N"] > 1}
+    g = {r["grads_rest"] * r["N"] / r["psi"] for r in rows if r["N"] > 1}
+    assert len(a) == len(b) == len(g) == 1
+    (a,), (b,), (g,) = a, b, g
     psi, n = 70e9, 16
-    assert 4 * psi / n / zm.GB == pytest.approx(17.5)
-    assert (2 * psi + 4 * psi / n + 12 * psi / n) / zm.GB == pytest.approx(210)
-    assert zm.zero_memory_bytes(psi, n, 1) / zm.GB - 210 == pytest.approx(122.5)
-    # the page calls this an inference: the other reading that gives 17.5 (2ψ/N at N = 8) breaks the 52.5 and the 210
+    right = (a * psi + b * psi / n) / zm.GB
+    assert right == pytest.approx(zm.zero_memory_bytes(psi, n, 2) / zm.GB)
+    fp32 = torch.empty((), dtype=torch.float32).element_size() / torch.empty((), dtype=torch.bfloat16).element_size()
+    grads32 = g * fp32 * psi / n / zm.GB
+    claimed = right + (g * fp32 - g) * psi / n / zm.GB
+    zero1_total = (a * psi + g * psi + (b - g) * psi / n) / zm.GB  # ZeRO-1 keeps full 16-bit gradients
+    assert grads32 == pytest.approx(17.5) and claimed == pytest.approx(210)
+    assert zero1_total - claimed == pytest.approx(122.5)
+    assert right == pytest.approx(201.25) and zero1_total - right == pytest.approx(131.25)  # the page's right answer
     alt = zm.zero_memory_breakdown(psi, 8, 2)
     assert alt["grads"] / zm.GB == pytest.approx(17.5) and alt["optimizer"] / zm.GB != pytest.approx(52.5)
     assert sum(alt.values()) / zm.GB != pytest.approx(210)

@@ -73,14 +73,21 @@ def test_token_threshold_against_measured_bytes_and_prefetch_schedule():
         t = page.layer_time(layers, t_c, t_g, True)
         assert (t == pytest.approx(t_g + layers * t_c)) is hidden
     rows = page.threshold_rows()
-    # DP's threshold, computed independently as Ch1-04 does (ring AllReduce of 2ψ bytes, α = 0, against the backward's
-    # 4ψτ FLOPs): equal to ZeRO-3's τ₃*, not ⅔ of it (its AllReduce cannot hide behind the forward)
-    from snippets.common import alphabeta as ab
+    # DP's threshold from Ch1-04's own step_budget (τ*_AR = T_comm·F/(4ψ), its 2D AllReduce on one node of N GPUs,
+    # α = 0, the page's link): equal to ZeRO-3's τ₃*, not ⅔ of it (DP's AllReduce cannot hide behind the forward)
+    from snippets.ch1_collective import d04_nccl_topology as ch1_04
 
-    psi = 1e9
     for r in rows:
-        t_ar = ab.ring_allreduce_time(r["N"], 2 * psi, 0.0, 1 / r["W"])
-        assert r["dp"] == pytest.approx(t_ar * flops / (4 * psi)) == pytest.approx(r["zero3"])
+        consts = {"alpha_intra": 0.0, "beta_intra": 1 / r["W"], "alpha_inter": 0.0, "beta_inter": 1 / r["W"]}
+        budget = {**ch1_04.BUDGET, "nodes": 1, "per_node": r["N"], "peak_flops": flops, "mfu": 1.0}
+        orig = ch1_04.hier_constants
+        try:
+            ch1_04.hier_constants = lambda: consts
+            tau_ar = ch1_04.step_budget(budget)["tau_star"]
+        finally:
+            ch1_04.hier_constants = orig
+        assert r["dp"] == pytest.approx(tau_ar) and r["zero3"] == pytest.approx(tau_ar)
+        assert r["zero3"] != pytest.approx(2 / 3 * tau_ar)
     by = {(r["W"], r["N"]): r["zero3"] for r in rows}   # the page: across nodes "about ten times" the in-node τ₃*
     assert all(10 <= by[(20e9, n)] / by[(240e9, n)] <= 13 for n in (8, 64, 512))
     assert all(by[(240e9, n)] < 1000 for n in (8, 64, 512))  # "a few hundred tokens" inside a node
@@ -287,3 +294,26 @@ def test_gpu_tab_of_zero3_memory_and_comm_reads_the_gpu_file(tmp_path, monkeypat
     r4 = next(r for r in page.memory_rows([results.read(f)]))
     total = r4["measured"]["params"] + r4["grads_after_backward"][0] + r4["measured"]["optimizer"]
     assert f"N = 4: 상주 model states = {total:,} bytes" in mem
+
+
+def test_zero_r_numbers_against_deepspeed_and_ch6_activation_model():
+    """ZeRO-R cell: C_B's bucket sizes are the installed DeepSpeed's defaults (read from a DeepSpeed engine config
+    built here, not from the snippet's helper), 16-bit bytes, independent of ψ; P_a divides by t the checkpoint bytes
+    the shared activation model (planner_3d, full recompute: the layer input) gives per layer; the fused fp32
+    buffer of the paper's §6 example is 12 GB at 3B."""
+    from deepspeed.runtime.zero.config import get_zero_config
+
+    from snippets.common import planner_3d as pl
+
+    cfg = get_zero_config({"zero_optimization": {"stage": 2}})
+    z = page.zero_r_rows()
+    assert z["buckets"] == {"reduce_bucket_size": int(cfg.reduce_bucket_size),
+                            "allgather_bucket_size": int(cfg.allgather_bucket_size)}
+    assert z["bucket_bytes"]["reduce_bucket_size"] == 2 * int(cfg.reduce_bucket_size)
+    assert z["fused_fp32"][3e9] == pytest.approx(12e9)
+    assert all(b > z["bucket_bytes"]["reduce_bucket_size"] for b in z["fused_fp32"].values())
+    ex = page.ZERO_R_EXAMPLE
+    model = pl.Model(layers=ex["layers"], hidden=ex["hidden"], heads=32, seq=ex["seq"], vocab=32000, psi=7e9)
+    per_layer = pl.layer_activation_bytes(model, ex["micro_batch"], 1, "full", pl.Assumptions())
+    assert z["ckpt_replicated"] == pytest.approx(ex["layers"] * per_layer)
+    assert z["ckpt_pa"] == pytest.approx(ex["layers"] * per_layer / ex["tp"])

@@ -16,19 +16,32 @@ def test_pcie_rates_are_derived_from_lanes_and_encoding():
     assert page.pcie_x16_bytes_per_s(5) == 2 * page.pcie_x16_bytes_per_s(4) == 4 * page.pcie_x16_bytes_per_s(3)
 
 
-@pytest.mark.parametrize("n,stage", [(1, 1), (1, 2), (8, 2), (64, 2), (8, 3)])
-def test_placement_conserves_the_shared_formula(n, stage):
-    """Definition 5.6.1: offload moves bytes between GPU and host; the total is zero_memory_bytes."""
-    psi = 13e9
-    for opt in (False, True):
-        for par in ((False, True) if stage == 3 else (False,)):
-            p = page.placement_bytes(psi, n, stage, opt, par)
-            assert p["gpu"] + p["host"] == pytest.approx(zm.zero_memory_bytes(psi, n, stage))
-    off = page.placement_bytes(psi, n, 2, True)
-    assert off["gpu"] == pytest.approx(zm.PARAM_BYTES * psi)          # ZeRO-Offload: only 2ψ stays on the GPU
-    assert off["host"] == pytest.approx((zm.GRAD_BYTES + zm.K_ADAM) * psi / n)
+def test_placement_matches_the_states_deepspeed_allocated():
+    """Definition 5.6.1 against the committed offload_bench inventory (DeepSpeed 0.19.8, N = 2, every rank): the bytes
+    per parameter placement_bytes puts on GPU + host equal the bytes DeepSpeed allocated for zero2 and
+    zero3_offload_cpu; for zero2_offload_cpu DeepSpeed keeps the gradient partition in fp32 (torch's element size read
+    here), 2ψ/N more than the 16-bit count; the GPU keeps exactly the 16-bit parameters (2ψ) under ZeRO-Offload."""
+    import torch
+
+    r = _cpu_run()
+    n = r.hardware["world_size"]
+    extra = (torch.empty((), dtype=torch.float32).element_size() - zm.GRAD_BYTES) / n
+    cases = {"zero2": (2, False, False, 0.0), "zero3_offload_cpu": (3, True, True, 0.0),
+             "zero2_offload_cpu": (2, True, False, extra)}
+    for rank in range(n):
+        by = {x["config"]: x for x in page.bench_rows(r, rank)}
+        for config, (stage, opt, par, more) in cases.items():
+            inv = {e["state"]: e["bytes"] / by[config]["psi"] for e in by[config]["inventory"]}
+            p = page.placement_bytes(1.0, n, stage, opt, par)
+            assert sum(inv.values()) == pytest.approx(p["gpu"] + p["host"] + more), config
+            assert bool(by[config]["zero_optimization"].get("offload_param")) is par
+            assert bool(by[config]["zero_optimization"].get("offload_optimizer")) is opt
+        inv = {e["state"]: e["bytes"] / by["zero2_offload_cpu"]["psi"] for e in by["zero2_offload_cpu"]["inventory"]}
+        off = page.placement_bytes(1.0, n, 2, True)
+        assert off["gpu"] == pytest.approx(inv["params16"])                     # only the 16-bit parameters stay
+        assert off["host"] + extra == pytest.approx(sum(v for k, v in inv.items() if k != "params16"))
     with pytest.raises(ValueError):
-        page.placement_bytes(psi, n, 2, True, True)
+        page.placement_bytes(13e9, 8, 2, True, True)
 
 
 def test_single_gpu_memory_saving_is_8x():
@@ -119,14 +132,32 @@ def test_accumulation_moves_16bit_grads_every_micro_batch_unless_fp32_accumulati
 
 
 def test_step_model_uses_the_shipped_link_bytes():
-    """Definition 5.6.2 / Theorem 5.6.5 with c_L: the PCIe term is c_L ψ/N / BW, 6 by default, 4 for the paper;
-    the threshold grows by exactly (6 − 4)/BW · F/(6N)."""
+    """Definition 5.6.2 / Theorem 5.6.5 with c_L: the PCIe term moves, per parameter of the rank's shard, one fp32
+    gradient down and one 16-bit parameter up (shipped DeepSpeed, element sizes read from torch) or 16-bit both ways
+    (the paper); the threshold computed by bisection on step_times (where offload stops being exposed) moves by the
+    same byte difference."""
+    import torch
+
+    f32, b16 = (torch.empty((), dtype=d).element_size() for d in (torch.float32, torch.bfloat16))
     psi, n, w = 3e9, 4, 1e9
-    assert float(page.step_times(psi, 1, n, pcie=w)["pcie"]) == pytest.approx(6 * psi / n / w)
-    assert float(page.step_times(psi, 1, n, pcie=w, link_bytes=4)["pcie"]) == pytest.approx(4 * psi / n / w)
+    assert float(page.step_times(psi, 1, n, pcie=w)["pcie"]) * w * n / psi == pytest.approx(f32 + b16)
+    paper = page.step_times(psi, 1, n, pcie=w, link_bytes=page.LINK_BYTES_PAPER)
+    assert float(paper["pcie"]) * w * n / psi == pytest.approx(b16 + b16)
     hw = page.ASSUMED
-    gap = page.breakeven_tokens(n, hw) - page.breakeven_tokens(n, hw, link_bytes=page.LINK_BYTES_PAPER)
-    assert gap == pytest.approx(hw.gpu_flops * 2 / hw.pcie / (6 * n))
+
+    def meet(link_bytes):
+        lo, hi = 1.0, 1e9
+        for _ in range(200):
+            mid = (lo * hi) ** 0.5
+            t = page.step_times(psi, mid, n, hw, link_bytes=link_bytes)
+            lo, hi = (mid, hi) if float(t["overlap"]) > float(t["gpu"]) * (1 + 1e-12) else (lo, mid)
+        return hi
+
+    assert meet(page.LINK_BYTES_SHIPPED) == pytest.approx(page.breakeven_tokens(n, hw), rel=1e-6)
+    assert meet(page.LINK_BYTES_PAPER) == pytest.approx(
+        page.breakeven_tokens(n, hw, link_bytes=page.LINK_BYTES_PAPER), rel=1e-6)
+    assert meet(page.LINK_BYTES_SHIPPED) - meet(page.LINK_BYTES_PAPER) == pytest.approx(
+        hw.gpu_flops * (f32 - b16) / hw.pcie / (6 * n), rel=1e-5)
 
 
 def test_exercise1_shipped_bytes_change_the_conclusion():
@@ -154,9 +185,16 @@ def test_model_size_table_memory_walls():
 
 
 def test_infinity_efficiency_formula():
-    """Corollary 5.6.5: efficiency = ait·bw/(ait·bw + peak); one half exactly at ait·bw = peak."""
-    assert page.infinity_efficiency(100, 1e12, 1e14) == pytest.approx(0.5)
-    e = page.infinity_efficiency(np.array([10, 100, 1000]), 1e12, 1e14)
+    """Corollary 5.6.5: efficiency = compute time / (compute + data-movement time), computed here from times (a FLOP
+    count over peak, the bytes those FLOPs need over bw) rather than the page's closed form; one half where
+    ait·bw = peak, rising with ait."""
+    peak, bw = 1e14, 1e12
+    for ait in (10.0, 100.0, 1000.0):
+        nbytes = 3.7e9
+        t_compute, t_move = ait * nbytes / peak, nbytes / bw
+        assert float(page.infinity_efficiency(ait, bw, peak)) == pytest.approx(t_compute / (t_compute + t_move))
+    assert page.infinity_efficiency(peak / bw, bw, peak) == pytest.approx(0.5)
+    e = page.infinity_efficiency(np.array([10, 100, 1000]), bw, peak)
     assert np.all(np.diff(e) > 0)
 
 
@@ -368,3 +406,64 @@ def test_experiment_5_cell_is_fast(tmp_path):
     t0 = time.perf_counter()
     results.hardware_tabs(runs, page.host_link_tab)
     assert time.perf_counter() - t0 < cell_budget()
+
+
+def test_breakeven_caveats_shared_host_and_omitted_allgather():
+    """Next to Theorem 5.6.5: (1) τ* ∝ 1/N only with a fixed host share — with one node's host bandwidth split N ways
+    the threshold found by bisection on step_times (a hardware with cpu_bw = B_host/N) is what the page prints and
+    N·τ* is not constant; (2) the omitted ZeRO-2 AllGather: its time, taken as half of Ch1's ring AllReduce (α = 0),
+    equals the compute 6ψτ/F at τ*_AG, for every ψ, and τ*_AG tends to F·e/(6·BW_gpu), not 0."""
+    from dataclasses import replace
+
+    from snippets.common import alphabeta as ab
+
+    hw = page.ASSUMED
+
+    def meet(h, n, psi=7e9):
+        lo, hi = 1.0, 1e9
+        for _ in range(200):
+            mid = (lo * hi) ** 0.5
+            t = page.step_times(psi, mid, n, h)
+            lo, hi = (mid, hi) if float(t["overlap"]) > float(t["gpu"]) * (1 + 1e-12) else (lo, mid)
+        return hi
+
+    rows = {r["N"]: r for r in page.caveat_rows()}
+    for n in (1, 2, 4, 8):
+        assert rows[n]["shared"] == pytest.approx(meet(replace(hw, cpu_bw=page.NODE_HOST_BW / n), n), rel=1e-6)
+        assert rows[n]["fixed"] == pytest.approx(meet(hw, n), rel=1e-6)
+    assert rows[8]["shared"] == pytest.approx(rows[8]["fixed"])          # a full node: the share is hw.cpu_bw
+    assert page.NODE_HOST_BW / page.NODE_N == pytest.approx(hw.cpu_bw)
+    assert rows[1]["fixed"] == pytest.approx(8 * rows[8]["fixed"])         # fixed share: exactly 1/N
+    assert rows[1]["shared"] < 4 * rows[8]["shared"]                        # shared host: far from 1/N
+    for n in (2, 8, 64):
+        for psi in (1e9, 7e10):
+            t_ag = float(ab.ring_allreduce_time(n, 2 * psi, 0.0, 1 / page.GPU_LINK_BW)) / 2
+            assert 6 * psi * rows[n]["allgather"] / hw.gpu_flops == pytest.approx(t_ag)
+    assert rows[1]["allgather"] == 0
+    assert rows[64]["allgather"] < hw.gpu_flops * 2 / (6 * page.GPU_LINK_BW) < 1.02 * rows[64]["allgather"]
+    assert all(r["allgather"] < r["fixed"] for r in rows.values())          # "smaller than τ* in this assumption"
+
+
+def test_zero2_step_allgather_call_names_in_installed_sources():
+    """The caveat's call chain, read from the installed sources: DeepSpeed's ZeRO-1/2 step calls all_gather_dp_groups,
+    which reaches dist.all_gather_into_tensor (the old name); torch 2.13's FSDP2 collectives call all_gather_single."""
+    import ast
+    import inspect
+
+    import deepspeed.runtime.utils as ds_utils
+    import deepspeed.runtime.zero.stage_1_and_2 as s12
+    import torch.distributed.fsdp._fully_shard._fsdp_collectives as fc
+
+    import textwrap
+
+    def calls(obj):
+        tree = ast.parse(textwrap.dedent(inspect.getsource(obj)))
+        return {n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", None)
+                for n in ast.walk(tree) if isinstance(n, ast.Call)}
+
+    assert "all_gather_dp_groups" in calls(s12.DeepSpeedZeroOptimizer.step)
+    assert "all_gather_into_tensor_dp_groups" in calls(ds_utils.all_gather_dp_groups)
+    assert "all_gather_into_tensor" in calls(ds_utils.all_gather_into_tensor_dp_groups)
+    fsdp = calls(fc)
+    assert {"all_gather_single", "reduce_scatter_single"} <= fsdp
+    assert not {"all_gather_into_tensor", "reduce_scatter_tensor"} & fsdp
