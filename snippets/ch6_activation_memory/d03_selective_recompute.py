@@ -26,7 +26,7 @@ def recompute_overhead(s: int, h: int, recomputed: str) -> float:
     'core'   : QKᵀ and ·V rerun:          4bs²h / (72bsh² + 12bs²h) = (s/18h) / (1 + s/6h)
     'qk'     : only QKᵀ reruns (PyTorch's early stop, see the page): half of that
     'full'   : the whole forward reruns:  1/3
-    'paper'  : Korthikanti's accounting, (1 + s/3h)/(1 + s/6h) − 1
+    'paper'  : Korthikanti's Eq. 8 without the logits term, (1 + s/3h)/(1 + s/6h) − 1 (see paper_eq8_overhead)
     """
     base = 72 * s * h * h + 12 * s * s * h  # per b: fwd + bwd
     if recomputed == "core":
@@ -36,8 +36,39 @@ def recompute_overhead(s: int, h: int, recomputed: str) -> float:
     if recomputed == "full":
         return (24 * s * h * h + 4 * s * s * h) / base
     if recomputed == "paper":
-        return (1 + s / (3 * h)) / (1 + s / (6 * h)) - 1
+        return paper_eq8_overhead(s, h)
     raise ValueError(recomputed)
+
+
+def paper_eq8_overhead(s: int, h: int, v: int = 0, L: int = 1) -> float:
+    """Korthikanti et al. App. A: Eq. 8, 72BLsh²(1 + s/3h + v/12hL) with selective recompute, over the same
+    count without recomputation, 72BLsh²(1 + s/6h + v/12hL). Going from s/6h to s/3h adds 12Bs²hL: a whole
+    forward + backward of QKᵀ and ·V, although the appendix's own text says selective recompute needs only an
+    additional forward of them (4Bs²hL per layer, recompute_overhead(..., 'core')). v = 0 drops the logits term.
+    """
+    logits = v / (12 * h * L)
+    return (1 + s / (3 * h) + logits) / (1 + s / (6 * h) + logits) - 1
+
+
+def counted_core_ratios(s: int = 32, h: int = 192, a: int = 4, b: int = 1) -> dict[str, float]:
+    """An independent count: torch.utils.flop_counter on our block's forward + backward, on the attention core's
+    forward alone, and on the core's forward + backward. Matmul FLOPs per sequence are 24sh² + 4s²h terms only,
+    so the ratios depend on s/h alone: the default s/h = 1/6 is GPT-3's (2048/12288)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    blk = make_block(h, a)
+    x = torch.randn(s, b, h, dtype=torch.bfloat16, requires_grad=True)
+    qkv = torch.randn(s, b, 3 * h, dtype=torch.bfloat16, requires_grad=True)
+    with one_thread():
+        with FlopCounterMode(display=False) as layer:
+            blk(x).float().sum().backward()
+        with FlopCounterMode(display=False) as core_fwd, torch.no_grad():
+            blk.core_attention(qkv)
+        with FlopCounterMode(display=False) as core_fwd_bwd:
+            blk.core_attention(qkv).float().sum().backward()
+    base = layer.get_total_flops()
+    return {"s_over_h": s / h, "core_forward": core_fwd.get_total_flops() / base,
+            "core_forward_backward": core_fwd_bwd.get_total_flops() / base}
 # --8<-- [end:flops]
 
 
@@ -79,6 +110,9 @@ def measured_modes(r: results.Result):
     return rows, A, core
 
 
+GPT3_VOCAB = 51200  # Megatron's padded GPT-2 BPE vocabulary (50,257 → 51,200); 530B: h = 20480, L = 105
+
+
 def gpt3_tradeoff(t: int = 8):
     """Korthikanti's GPT-3 numbers: activation saving of selective recompute and its FLOP cost."""
     g = am.GPT3
@@ -90,5 +124,6 @@ def gpt3_tradeoff(t: int = 8):
         "tp_over_sp_sel": am.tensor_parallel(s, 1, h, a, t) / am.tensor_sequence_parallel_selective(s, 1, h, a, t),
         "paper": recompute_overhead(s, h, "paper"), "core": recompute_overhead(s, h, "core"),
         "qk": recompute_overhead(s, h, "qk"), "full": recompute_overhead(s, h, "full"),
-        "paper_530b": recompute_overhead(2048, 20480, "paper"),
+        "paper_v": paper_eq8_overhead(s, h, v=GPT3_VOCAB, L=g["L"]),
+        "paper_530b": paper_eq8_overhead(2048, 20480, v=GPT3_VOCAB, L=105),
     }

@@ -70,10 +70,6 @@ def test_sqrt_optimum_and_amgm():
         assert peak >= bound - 1e-9
         assert abs(k - k_cont) <= 0.5 * k_cont + 1
         assert peak <= (math.sqrt(L) + 1) * (A + c) + 1e-9  # O(√L) at k = ⌈√L⌉
-    # per-block is O(L)·c: doubling L doubles what is kept after forward
-    after1, _ = page.segment_memory(96, 114.0, 2.0, 96)
-    after2, _ = page.segment_memory(192, 114.0, 2.0, 192)
-    assert after2 == 2 * after1
 
 
 def test_gpt3_sweep_per_block_is_integer_optimal_up_to_about_2A_over_c():
@@ -103,13 +99,27 @@ def test_time_ratio_formula():
 
 
 @pytest.mark.parametrize("r", _cpu(), ids=lambda r: r.path.name)
-def test_timing_rows_are_consistent(r):
-    """Experiment 4 renders one row per non-selective mode, predictions 1 for none and (2F+B)/(F+B) otherwise."""
-    rows, F, B = page.timing_rows(r)
-    assert F > 0 and B > 0
-    assert rows[0]["mode"] == "none" and rows[0]["pred"] == 1.0 and rows[0]["ratio"] == 1.0
-    assert all(m["pred"] == pytest.approx(page.time_ratio(F, B)) for m in rows[1:])
-    assert r.params["timing"].endswith("CPU times are CPU times")
+def test_measured_time_against_one_extra_forward(r):
+    """Experiment 4 against the committed checkpoint_bench file: every checkpointed mode reran each block once
+    (2L block forwards, counted by the program), took longer than 'none', and its measured ratio lies within
+    0.3 of the (2F+B)/(F+B) predicted from the 'none' mode's own F and B; modes with the same recompute count
+    agree with one another within 5 % (the page: differences among them are the measuring environment)."""
+    modes = {m["mode"]: m for m in r.measurements["modes"]}
+    none = modes["none"]
+    L = r.params["layers"]
+    F = none["fwd_ms_median"]
+    pred = (none["fwd_bwd_ms_median"] + F) / none["fwd_bwd_ms_median"]  # one more forward on top of F + B
+    ratios = []
+    for m in r.measurements["modes"]:
+        if m["selective"] or m["segments"] == 0:
+            continue
+        assert sum(m["block_forward_calls"]) == 2 * L, m["mode"]
+        ratio = m["fwd_bwd_ms_median"] / none["fwd_bwd_ms_median"]
+        assert 1 < ratio and abs(ratio - pred) < 0.3, (m["mode"], ratio, pred)
+        ratios.append(ratio)
+    assert len(ratios) >= 2 and max(ratios) / min(ratios) < 1.05
+    rows, _, _ = page.timing_rows(r)
+    assert [m["mode"] for m in rows][0] == "none" and all(m["pred"] == pytest.approx(pred) for m in rows[1:])
 
 
 def test_exercise_1_per_block_beats_k10():
