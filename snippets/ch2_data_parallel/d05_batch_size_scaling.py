@@ -262,6 +262,23 @@ def goyal_warmup_iterations(batch: int, epochs: int = 5, train_images: int = IMA
 # --8<-- [end:goyal]
 
 
+def noise_scale_table(fit: dict, rows) -> dict:
+    """Experiment 6's numbers: the noise scales along the path, the fixed lr they are read at (the sweep's best lr
+    at the measured batch nearest B_crit in log scale), the path-integrated B_crit, and where the fit falls."""
+    near = min(rows, key=lambda r: abs(math.log(r["B"] / fit["B_crit"])))
+    eta = near["best_lr"]
+    path = []
+    for r in noise_along_path():
+        ns = noise_scales(r["w"], closed_form_grads(r["w"]), eta=eta)
+        path.append({"gap": r["gap"], **ns})
+    start, target = path[0], next(p for p in path if p["gap"] == 0.2)
+    bc = fit["B_crit"]
+    return {"eta": eta, "B_near": near["B"], "path": path, "integrated": path_integrated_b_crit(),
+            "below_noise_at_target": bc < target["B_noise"], "ratio_noise": target["B_noise"] / bc,
+            "ratio_simple": target["B_simple"] / bc,
+            "eta_bracket": start["B_eta"] <= bc <= target["B_eta"]}
+
+
 def mccandlish_curve(b, b_noise: float):
     """η_opt(B)/η_max = Δ𝓛_opt(B)/Δ𝓛_max = 1/(1 + B_noise/B) (McCandlish eqs. 2.6–2.7)."""
     b = np.asarray(b, float)

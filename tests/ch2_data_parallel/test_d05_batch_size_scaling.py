@@ -78,18 +78,6 @@ def test_sweep_shows_diminishing_returns_and_b_crit_within_path_range():
     assert lo < fit["B_crit"] < math.sqrt(lo * hi)
 
 
-def test_figure_curve_is_the_corollary_hyperbola():
-    """Experiment 2's figure: the drawn fit satisfies (𝓢/𝓢_min − 1)(𝓔/𝓔_min − 1) = 1 and passes through the
-    fit's prediction at every measured B (the curve was once drawn at 𝓔 = 𝓢_min·B, off the hyperbola)."""
-    rows = page.sweep()
-    fit = page.fit_tradeoff(rows)
-    e, s = page.tradeoff_curve(fit, np.geomspace(0.5, 4096, 50))
-    np.testing.assert_allclose((s / fit["S_min"] - 1) * (e / fit["E_min"] - 1), 1.0, rtol=1e-9)
-    for r in rows:
-        e1, s1 = page.tradeoff_curve(fit, [r["B"]])
-        assert math.isclose(s1[0], fit["S_min"] * (1 + fit["B_crit"] / r["B"])) and math.isclose(e1[0], s1[0] * r["B"])
-
-
 def test_sweep_is_deterministic_and_matches_a_plain_loop():
     """steps_to_target (vectorised over lrs and seeds) equals a one-run-at-a-time loop with the same draws."""
     b, lrs, seeds = 16, (3.2, 6.4), 2
@@ -137,16 +125,17 @@ def test_moment_matching_theorem_255():
 
 
 def test_goyal_numbers():
-    """Experiment 5 (ERRATA 30): η = 3.2 and 782 warmup iterations at 8192; warmup is 5/90 of training."""
+    """Experiment 5 against the paper: η = 0.1 at the 256 baseline and 3.2 at 8k (Goyal et al. §2.1/§5.1), and 782
+    warmup iterations at 8192 (5 epochs of ILSVRC-2012's 1,281,167 training images, the count of the data set
+    itself, not of the paper's "~1.28 million")."""
     assert math.isclose(page.goyal_lr(8192), 3.2) and math.isclose(page.goyal_lr(256), 0.1)
     assert page.goyal_warmup_iterations(8192) == 782
-    for b in (8192, 32768):
-        assert math.isclose(page.goyal_warmup_iterations(b) / (90 * page.IMAGENET_TRAIN / b), 5 / 90, rel_tol=0.01)
 
 
 def test_exercise_2_fit_and_bracket():
     """Problem 2: the fit is the weighted least-squares line of S on 1/B (recomputed here by the normal
-    equations), E_min = S_min·B_crit, and the two measured batches around B_crit straddle 2·S_min."""
+    equations, a second implementation of np.polyfit's weighting), and the two measured batches around B_crit
+    straddle 2·S_min."""
     rows = page.sweep()
     fit = page.fit_tradeoff(rows)
     inv_b = np.array([1 / r["B"] for r in rows])
@@ -155,7 +144,6 @@ def test_exercise_2_fit_and_bracket():
     w2 = 1 / s ** 2  # polyfit's w multiplies the residual, so the squared residual is weighted by 1/S²
     s_min, e_min = np.linalg.solve(x.T @ (w2[:, None] * x), x.T @ (w2 * s))
     assert math.isclose(fit["S_min"], s_min, rel_tol=1e-9) and math.isclose(fit["E_min"], e_min, rel_tol=1e-9)
-    assert math.isclose(fit["E_min"], fit["S_min"] * fit["B_crit"], rel_tol=1e-12)
     bc = fit["B_crit"]
     below = max((r for r in rows if r["B"] <= bc), key=lambda r: r["B"])
     above = min((r for r in rows if r["B"] > bc), key=lambda r: r["B"])
@@ -208,3 +196,19 @@ def test_b_noise_closed_form_equals_monte_carlo_definition():
                 g_ps, h_torch, 1.25 * ns["B_eta"], eta=6.4)
     ratio = {r["gap"]: r["B_noise"] / r["B_simple"] for r in page.noise_along_path()}
     assert ratio[1.0] < 1 and 4 < ratio[0.5] < ratio[0.2] < ratio[0.1]
+
+
+def test_experiment_6_fitted_b_crit_sits_in_the_fixed_lr_range_not_at_b_noise():
+    """Experiment 6's readings, from the measured sweep against the Monte-Carlo-checked noise scales: the fitted B_crit
+    lies in [B_eta(start), B_eta(target)], far below B_noise at the target and below the path-integrated B_noise
+    average; η_max passes the stability limit 2/λ_max after the start; B_eta < 2·B_simple there."""
+    rows = page.sweep()
+    fit = page.fit_tradeoff(rows)
+    t = page.noise_scale_table(fit, rows)
+    assert t["eta_bracket"] and t["below_noise_at_target"] and t["ratio_noise"] > 5 * t["ratio_simple"]
+    assert t["ratio_noise"] > 10  # Problem 3's "한 자릿수 이상"
+    assert t["integrated"]["B_crit"] > 5 * fit["B_crit"]
+    for p in t["path"]:
+        if p["gap"] <= 0.5:
+            assert p["eta_max"] > 2 / p["lambda_max"] and p["B_eta"] < 2 * p["B_simple"]
+    assert t["path"][0]["eta_max"] < 2 / t["path"][0]["lambda_max"]
