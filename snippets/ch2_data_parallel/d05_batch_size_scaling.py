@@ -116,6 +116,51 @@ def target_loss(frac: float = 0.2) -> float:
     return float(losses[-1] + frac * (losses[0] - losses[-1]))
 
 
+# --8<-- [start:bnoise]
+def hessian(w: np.ndarray) -> np.ndarray:
+    """Hessian of the mean BCE loss of logistic regression: H = Xᵀ diag(s(1−s)) X / n, s = σ(Xw)."""
+    x, _ = dataset()
+    s = 1 / (1 + np.exp(-(x @ w)))
+    return x.T @ (x * (s * (1 - s))[:, None]) / len(x)
+
+
+def noise_scales(w: np.ndarray, per_sample: np.ndarray, eta: float | None = None) -> dict:
+    """McCandlish §2 at w: B_simple = tr Σ/|G|², B_noise = tr(HΣ)/(GᵀHG), the greedy step η_max = |G|²/(GᵀHG).
+
+    With a fixed learning rate eta (what the sweep's SGD uses), the expected improvement of one step is
+    η|G|² − ½η²GᵀHG − ½η² tr(HΣ)/B, which is half its noiseless value at B_eta = 2η tr(HΣ)/(2|G|² − η GᵀHG)."""
+    g = per_sample.mean(axis=0)
+    dev = per_sample - g
+    sigma = dev.T @ dev / len(per_sample)
+    h = hessian(w)
+    gg, ghg, tr_hs = float(g @ g), float(g @ h @ g), float(np.trace(h @ sigma))
+    out = {"B_simple": float(np.trace(sigma)) / gg, "B_noise": tr_hs / ghg, "eta_max": gg / ghg,
+           "lambda_max": float(np.linalg.eigvalsh(h)[-1])}
+    if eta is not None:
+        den = 2 * gg - eta * ghg
+        out["B_eta"] = 2 * eta * tr_hs / den if den > 0 else math.inf  # no improvement at all: η > 2 η_max
+    return out
+# --8<-- [end:bnoise]
+
+
+def path_integrated_b_crit(frac: float = 0.2) -> dict:
+    """Corollary 2.5.3 with B_noise varying along the GD path: S(B) = Σ dL_i (1 + B_noise,i/B)/ΔL_max,i, so
+    S_min = Σ dL_i/ΔL_max,i, E_min = Σ dL_i B_noise,i/ΔL_max,i and B_crit = E_min/S_min, a weighted mean of B_noise."""
+    ws, losses = gd_path()
+    tgt = target_loss(frac)
+    s_min = e_min = 0.0
+    for i in range(len(ws) - 1):
+        if losses[i] <= tgt:
+            break
+        ns = noise_scales(ws[i], closed_form_grads(ws[i]))
+        g = closed_form_grads(ws[i]).mean(axis=0)
+        dl_max = float(g @ g) * ns["eta_max"] / 2
+        dl = losses[i] - max(losses[i + 1], tgt)
+        s_min += dl / dl_max
+        e_min += dl * ns["B_noise"] / dl_max
+    return {"S_min": float(s_min), "E_min": float(e_min), "B_crit": float(e_min / s_min)}
+
+
 def noise_along_path(points=(1.0, 0.5, 0.2, 0.1)) -> list[dict]:
     """B_simple at the GD iterates where the remaining gap first drops below each fraction."""
     ws, losses = gd_path()
@@ -123,7 +168,9 @@ def noise_along_path(points=(1.0, 0.5, 0.2, 0.1)) -> list[dict]:
     for f in points:
         t = losses[-1] + f * (losses[0] - losses[-1])
         i = int(np.argmax(losses <= t))
-        rows.append({"gap": f, "step": i, "loss": float(losses[i]), **b_simple(per_sample_grads(ws[i])), "w": ws[i]})
+        ps = per_sample_grads(ws[i])
+        rows.append({"gap": f, "step": i, "loss": float(losses[i]), **b_simple(ps), "w": ws[i],
+                     "B_noise": noise_scales(ws[i], ps)["B_noise"]})
     return rows
 
 
@@ -213,6 +260,23 @@ def goyal_warmup_iterations(batch: int, epochs: int = 5, train_images: int = IMA
     """Gradual warmup over 5 epochs (§2.2) counted in iterations of the given minibatch."""
     return math.ceil(epochs * train_images / batch)
 # --8<-- [end:goyal]
+
+
+def noise_scale_table(fit: dict, rows) -> dict:
+    """Experiment 6's numbers: the noise scales along the path, the fixed lr they are read at (the sweep's best lr
+    at the measured batch nearest B_crit in log scale), the path-integrated B_crit, and where the fit falls."""
+    near = min(rows, key=lambda r: abs(math.log(r["B"] / fit["B_crit"])))
+    eta = near["best_lr"]
+    path = []
+    for r in noise_along_path():
+        ns = noise_scales(r["w"], closed_form_grads(r["w"]), eta=eta)
+        path.append({"gap": r["gap"], **ns})
+    start, target = path[0], next(p for p in path if p["gap"] == 0.2)
+    bc = fit["B_crit"]
+    return {"eta": eta, "B_near": near["B"], "path": path, "integrated": path_integrated_b_crit(),
+            "below_noise_at_target": bc < target["B_noise"], "ratio_noise": target["B_noise"] / bc,
+            "ratio_simple": target["B_simple"] / bc,
+            "eta_bracket": start["B_eta"] <= bc <= target["B_eta"]}
 
 
 def mccandlish_curve(b, b_noise: float):
