@@ -77,3 +77,45 @@ def test_pages_use_one_spelling_per_term(path):
     text = (book.DOCS / path).read_text(encoding="utf-8")
     off = [(n, m.group(0)) for n, line in _prose_lines(text) for m in OFF_SPELLINGS.finditer(line)]
     assert not off, f"{path}: write AllReduce / AllGather / ReduceScatter / AllToAll and parameter: {off[:8]}"
+
+
+# ---------------------------------------------------------------- what Ch1's cells print (tables, labels, sentences)
+# spells the collectives as the prose does; code identifiers, HTML and math are left alone, as in the prose test.
+import contextlib  # noqa: E402
+import io  # noqa: E402
+
+from tests.page_cells import ROOT, page_cells  # noqa: E402
+
+CH1_PAGES = sorted(p.name for p in (ROOT / "docs" / "ch1-collective").glob("*.md"))
+
+
+def printed(md: str) -> dict[str, str]:
+    """What every executed cell of the page prints, by cell id (each session run in order, as the build does)."""
+    env_by_session: dict[str, dict] = {}
+    out = {}
+    for cid, session, code in page_cells(md):
+        env = env_by_session.setdefault(session, {"__name__": "__cell__"})
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            exec(compile(code, f"<cell {cid}>", "exec"), env)  # noqa: S102
+        out[cid] = buf.getvalue()
+    return out
+
+
+def off_spellings(text: str) -> list[str]:
+    text = re.sub(r"<svg.*?</svg>", " ", text, flags=re.S)  # figures: checked through their labels' sources
+    return [m.group(0) for line in text.splitlines() for m in OFF_SPELLINGS.finditer(NOT_PROSE.sub(" ", line))]
+
+
+def test_the_check_catches_prose_spellings_and_spares_identifiers():
+    assert off_spellings("ring (reduce-scatter + all-gather) | All-reduce") == ["reduce-scatter", "all-gather",
+                                                                                 "All-reduce"]
+    assert off_spellings("all_reduce `all-reduce` <a href='x/all-gather'> AllReduce ReduceScatter") == []
+
+
+@pytest.mark.parametrize("page", CH1_PAGES)
+def test_printed_text_uses_the_book_spelling(page):
+    cells = printed(f"ch1-collective/{page}")
+    assert cells
+    off = {cid: hits for cid, text in cells.items() if (hits := off_spellings(text))}
+    assert not off, f"{page}: printed text should say AllReduce / AllGather / ReduceScatter / AllToAll: {off}"
