@@ -27,7 +27,7 @@ def server(built_site):
     httpd.shutdown()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # closed with its module: scripts/pdf.py (test_pdf.py) starts its own Playwright
 def browser():
     from playwright.sync_api import sync_playwright
 
@@ -58,19 +58,26 @@ def _check(rel, page, errors, foreign, problems, wide) -> None:
 
 
 @pytest.fixture(scope="session")
-def page_pass(server, browser):
+def page_pass(server):
     """Every page opened once at 1280 px: what test_every_page_is_clean checks, and, for the chapter pages,
     what test_wide_content.py checks (one page load serves both)."""
     base, site = server
     urls = _pages(site)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     problems, wide = [], {}
-    # three tabs load at once (about half the time of one after another on two cores), then each is checked
-    for i in range(0, len(urls), 3):
-        tabs = [(rel, *_open(browser, base + rel, wait="commit")) for rel in urls[i:i + 3]]
-        for _, page, _, _ in tabs:
-            page.wait_for_load_state("networkidle")
-        for rel, page, errors, foreign in tabs:
-            _check(rel, page, errors, foreign, problems, wide)
-            page.close()
+    from playwright.sync_api import sync_playwright
+
+    # its own Chromium, closed before the fixture returns: a Playwright left open for the session would make
+    # every later sync_playwright() (scripts/pdf.py in test_pdf.py) fail inside its event loop
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROME_ARGS)
+        # three tabs load at once (about half the time of one after another on two cores), then each is checked
+        for i in range(0, len(urls), 3):
+            tabs = [(rel, *_open(browser, base + rel, wait="commit")) for rel in urls[i:i + 3]]
+            for _, page, _, _ in tabs:
+                page.wait_for_load_state("networkidle")
+            for rel, page, errors, foreign in tabs:
+                _check(rel, page, errors, foreign, problems, wide)
+                page.close()
+        browser.close()
     return {"urls": urls, "problems": problems, "wide": wide}
